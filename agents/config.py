@@ -1,0 +1,357 @@
+"""Load and validate tarsy.yaml.
+
+Every mistake stops start-up with a message naming the file, the key and what is
+allowed, e.g. ``tarsy.yaml: agents.KubernetesAgent.mcp_servers[0]: unknown MCP server
+'k8s'; defined: kubernetes``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.conf import settings
+
+from agents.config_types import (
+    AgentConfig,
+    ChainConfig,
+    Defaults,
+    MCPServerConfig,
+    StageAgentConfig,
+    StageConfig,
+    StdioTransport,
+    TarsyConfig,
+)
+
+AGENT_TYPES = {"": "iterating investigation agent with tools"}
+TOP_LEVEL_KEYS = {"defaults", "mcp_servers", "agents", "agent_chains"}
+DEFAULTS_KEYS = {"alert_type", "max_iterations", "llm_provider", "llm_backend"}
+MCP_SERVER_KEYS = {"transport", "instructions"}
+TRANSPORT_KEYS = {"type", "command", "args", "env"}
+TRANSPORT_TYPES = ("stdio",)
+AGENT_KEYS = {
+    "type",
+    "description",
+    "mcp_servers",
+    "custom_instructions",
+    "max_iterations",
+    "llm_backend",
+    "llm_provider",
+}
+CHAIN_KEYS = {
+    "alert_types",
+    "description",
+    "stages",
+    "llm_provider",
+    "llm_backend",
+    "max_iterations",
+    "mcp_servers",
+}
+STAGE_KEYS = {"name", "agents", "agent", "max_iterations"}
+STAGE_AGENT_KEYS = {"name", "llm_provider", "llm_backend", "max_iterations", "mcp_servers"}
+
+_TEMPLATE_RE = re.compile(r"\{\{\s*\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_config(path: str | Path) -> TarsyConfig:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found (set TARSY_CONFIG to a tarsy.yaml)") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return _Parser(path.name).parse(raw or {})
+
+
+@cache
+def get_config() -> TarsyConfig:
+    return load_config(settings.TARSY_CONFIG)
+
+
+def validate_references(
+    config: TarsyConfig,
+    *,
+    provider_names: set[str],
+    has_default_provider: bool,
+    backend_names: list[str],
+) -> list[str]:
+    """Check what tarsy.yaml names outside itself: providers (admin rows) and backends."""
+    problems = []
+    where = config.source
+
+    def check(key: str, provider: str | None, backend: str | None) -> None:
+        if provider is not None and provider not in provider_names:
+            known = ", ".join(sorted(provider_names)) or "none (add one in Django admin)"
+            problems.append(
+                f"{where}: {key}.llm_provider: unknown provider {provider!r}; "
+                f"enabled providers: {known}"
+            )
+        if backend is not None and backend not in backend_names:
+            problems.append(
+                f"{where}: {key}.llm_backend: unknown backend {backend!r}; "
+                f"allowed: {', '.join(backend_names)}"
+            )
+
+    check("defaults", config.defaults.llm_provider, config.defaults.llm_backend)
+    for agent in config.agents.values():
+        check(f"agents.{agent.name}", agent.llm_provider, agent.llm_backend)
+    for chain in config.chains.values():
+        check(f"agent_chains.{chain.id}", chain.llm_provider, chain.llm_backend)
+        for stage_index, stage in enumerate(chain.stages):
+            for agent_index, agent in enumerate(stage.agents):
+                key = f"agent_chains.{chain.id}.stages[{stage_index}].agents[{agent_index}]"
+                check(key, agent.llm_provider, agent.llm_backend)
+    if config.defaults.llm_provider is None and not has_default_provider:
+        problems.append(
+            f"{where}: defaults.llm_provider is not set and no LLM provider is marked "
+            "default in Django admin; set one of them"
+        )
+    return problems
+
+
+class _Parser:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def error(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.source}: {key}: {message}")
+
+    def mapping(self, value: Any, key: str, allowed: set[str]) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.error(key, f"expected a mapping, got {type(value).__name__}")
+        for name in value:
+            if name not in allowed:
+                raise self.error(
+                    f"{key}.{name}" if key else str(name),
+                    f"unknown key; allowed: {', '.join(sorted(allowed))}",
+                )
+        return value
+
+    def string(self, value: Any, key: str, *, required: bool = False) -> str | None:
+        if value is None:
+            if required:
+                raise self.error(key, "is required")
+            return None
+        if not isinstance(value, str):
+            raise self.error(key, f"expected a string, got {type(value).__name__}")
+        return self.expand(value, key)
+
+    def expand(self, value: str, key: str) -> str:
+        def replace(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name == "PYTHON":
+                return sys.executable
+            if name not in os.environ:
+                raise self.error(key, f"environment variable {name} is not set")
+            return os.environ[name]
+
+        return _TEMPLATE_RE.sub(replace, value)
+
+    def positive_int(self, value: Any, key: str) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise self.error(key, f"expected a whole number of at least 1, got {value!r}")
+        return value
+
+    def string_list(self, value: Any, key: str) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.error(key, "expected a list of strings")
+        return tuple(self.expand(v, f"{key}[{i}]") for i, v in enumerate(value))
+
+    def parse(self, raw: Any) -> TarsyConfig:
+        root = self.mapping(raw, "", TOP_LEVEL_KEYS)
+        mcp_servers = self.parse_mcp_servers(root.get("mcp_servers"))
+        agents = self.parse_agents(root.get("agents"), mcp_servers)
+        chains = self.parse_chains(root.get("agent_chains"), agents, mcp_servers)
+        defaults = self.parse_defaults(root.get("defaults"), chains)
+        return TarsyConfig(self.source, defaults, mcp_servers, agents, chains)
+
+    def parse_mcp_servers(self, raw: Any) -> dict[str, MCPServerConfig]:
+        servers = {}
+        for server_id, body in self.mapping(raw, "mcp_servers", set(raw or {})).items():
+            key = f"mcp_servers.{server_id}"
+            if "." in server_id or "__" in server_id:
+                raise self.error(key, "server ids may not contain '.' or '__'")
+            body = self.mapping(body, key, MCP_SERVER_KEYS)
+            transport = self.mapping(body.get("transport"), f"{key}.transport", TRANSPORT_KEYS)
+            kind = transport.get("type", "stdio")
+            if kind not in TRANSPORT_TYPES:
+                raise self.error(
+                    f"{key}.transport.type",
+                    f"unsupported transport {kind!r}; allowed: {', '.join(TRANSPORT_TYPES)}",
+                )
+            env = transport.get("env") or {}
+            if not isinstance(env, dict):
+                raise self.error(f"{key}.transport.env", "expected a mapping of names to values")
+            servers[server_id] = MCPServerConfig(
+                id=server_id,
+                transport=StdioTransport(
+                    command=self.string(
+                        transport.get("command"), f"{key}.transport.command", required=True
+                    ),
+                    args=self.string_list(transport.get("args"), f"{key}.transport.args") or (),
+                    env={
+                        str(name): self.expand(str(value), f"{key}.transport.env.{name}")
+                        for name, value in env.items()
+                    },
+                ),
+                instructions=self.string(body.get("instructions"), f"{key}.instructions") or "",
+            )
+        return servers
+
+    def check_servers(
+        self, names: tuple[str, ...] | None, key: str, servers: dict[str, MCPServerConfig]
+    ) -> None:
+        for index, name in enumerate(names or ()):
+            if name not in servers:
+                raise self.error(
+                    f"{key}[{index}]",
+                    f"unknown MCP server {name!r}; defined: {', '.join(servers) or 'none'}",
+                )
+
+    def parse_agents(
+        self, raw: Any, servers: dict[str, MCPServerConfig]
+    ) -> dict[str, AgentConfig]:
+        agents = {}
+        for name, body in self.mapping(raw, "agents", set(raw or {})).items():
+            key = f"agents.{name}"
+            body = self.mapping(body, key, AGENT_KEYS)
+            agent_type = body.get("type") or ""
+            if agent_type not in AGENT_TYPES:
+                allowed = ", ".join(f"{t!r} ({d})" for t, d in AGENT_TYPES.items())
+                raise self.error(f"{key}.type", f"unknown agent type {agent_type!r}; allowed: {allowed}")
+            mcp = self.string_list(body.get("mcp_servers"), f"{key}.mcp_servers")
+            self.check_servers(mcp, f"{key}.mcp_servers", servers)
+            agents[name] = AgentConfig(
+                name=name,
+                type=agent_type,
+                description=self.string(body.get("description"), f"{key}.description") or "",
+                mcp_servers=mcp or (),
+                custom_instructions=self.string(
+                    body.get("custom_instructions"), f"{key}.custom_instructions"
+                )
+                or "",
+                max_iterations=self.positive_int(body.get("max_iterations"), f"{key}.max_iterations"),
+                llm_backend=self.string(body.get("llm_backend"), f"{key}.llm_backend"),
+                llm_provider=self.string(body.get("llm_provider"), f"{key}.llm_provider"),
+            )
+        return agents
+
+    def parse_chains(
+        self, raw: Any, agents: dict[str, AgentConfig], servers: dict[str, MCPServerConfig]
+    ) -> dict[str, ChainConfig]:
+        chains: dict[str, ChainConfig] = {}
+        seen_types: dict[str, str] = {}
+        for chain_id, body in self.mapping(raw, "agent_chains", set(raw or {})).items():
+            key = f"agent_chains.{chain_id}"
+            body = self.mapping(body, key, CHAIN_KEYS)
+            alert_types = self.string_list(body.get("alert_types"), f"{key}.alert_types")
+            if not alert_types:
+                raise self.error(f"{key}.alert_types", "is required (a list of alert types)")
+            for alert_type in alert_types:
+                if alert_type in seen_types:
+                    raise self.error(
+                        f"{key}.alert_types",
+                        f"alert type {alert_type!r} is already handled by chain "
+                        f"{seen_types[alert_type]!r}",
+                    )
+                seen_types[alert_type] = chain_id
+            stages_raw = body.get("stages")
+            if not isinstance(stages_raw, list) or not stages_raw:
+                raise self.error(f"{key}.stages", "is required (a list of stages)")
+            stages = tuple(
+                self.parse_stage(stage, f"{key}.stages[{i}]", agents, servers)
+                for i, stage in enumerate(stages_raw)
+            )
+            mcp = self.string_list(body.get("mcp_servers"), f"{key}.mcp_servers")
+            self.check_servers(mcp, f"{key}.mcp_servers", servers)
+            chains[chain_id] = ChainConfig(
+                id=chain_id,
+                alert_types=alert_types,
+                stages=stages,
+                description=self.string(body.get("description"), f"{key}.description") or "",
+                llm_provider=self.string(body.get("llm_provider"), f"{key}.llm_provider"),
+                llm_backend=self.string(body.get("llm_backend"), f"{key}.llm_backend"),
+                max_iterations=self.positive_int(body.get("max_iterations"), f"{key}.max_iterations"),
+                mcp_servers=mcp,
+            )
+        if not chains:
+            raise self.error("agent_chains", "at least one chain is required")
+        return chains
+
+    def parse_stage(
+        self, raw: Any, key: str, agents: dict[str, AgentConfig], servers: dict[str, MCPServerConfig]
+    ) -> StageConfig:
+        body = self.mapping(raw, key, STAGE_KEYS)
+        name = self.string(body.get("name"), f"{key}.name", required=True)
+        entries = body.get("agents")
+        if entries is None and "agent" in body:
+            entries = [body["agent"]]
+        if not isinstance(entries, list) or not entries:
+            raise self.error(f"{key}.agents", "is required (a list with one agent)")
+        if len(entries) > 1:
+            raise self.error(
+                f"{key}.agents", "stages with several agents are not supported yet; use one"
+            )
+        stage_agents = []
+        for index, entry in enumerate(entries):
+            agent_key = f"{key}.agents[{index}]"
+            if isinstance(entry, str):
+                entry = {"name": entry}
+            entry = self.mapping(entry, agent_key, STAGE_AGENT_KEYS)
+            agent_name = self.string(entry.get("name"), f"{agent_key}.name", required=True)
+            if agent_name not in agents:
+                raise self.error(
+                    f"{agent_key}.name",
+                    f"unknown agent {agent_name!r}; defined: {', '.join(agents) or 'none'}",
+                )
+            mcp = self.string_list(entry.get("mcp_servers"), f"{agent_key}.mcp_servers")
+            self.check_servers(mcp, f"{agent_key}.mcp_servers", servers)
+            stage_agents.append(
+                StageAgentConfig(
+                    name=agent_name,
+                    llm_provider=self.string(entry.get("llm_provider"), f"{agent_key}.llm_provider"),
+                    llm_backend=self.string(entry.get("llm_backend"), f"{agent_key}.llm_backend"),
+                    max_iterations=self.positive_int(
+                        entry.get("max_iterations"), f"{agent_key}.max_iterations"
+                    ),
+                    mcp_servers=mcp,
+                )
+            )
+        return StageConfig(
+            name=name,
+            agents=tuple(stage_agents),
+            max_iterations=self.positive_int(body.get("max_iterations"), f"{key}.max_iterations"),
+        )
+
+    def parse_defaults(self, raw: Any, chains: dict[str, ChainConfig]) -> Defaults:
+        body = self.mapping(raw, "defaults", DEFAULTS_KEYS)
+        alert_type = self.string(body.get("alert_type"), "defaults.alert_type", required=True)
+        known = sorted(t for chain in chains.values() for t in chain.alert_types)
+        if alert_type not in known:
+            raise self.error(
+                "defaults.alert_type",
+                f"no chain handles alert type {alert_type!r}; chains handle: {', '.join(known)}",
+            )
+        return Defaults(
+            alert_type=alert_type,
+            max_iterations=self.positive_int(body.get("max_iterations"), "defaults.max_iterations")
+            or 20,
+            llm_provider=self.string(body.get("llm_provider"), "defaults.llm_provider"),
+            llm_backend=self.string(body.get("llm_backend"), "defaults.llm_backend"),
+        )

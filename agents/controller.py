@@ -1,0 +1,238 @@
+"""The iterating agent loop: call the LLM, run the tools it asks for, repeat.
+
+Where is a tool call executed? ``IteratingController._run_tool``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agents.config_types import ResolvedAgentConfig
+from agents.prompts import forced_conclusion
+from agents.recorder import Recorder, message_to_json
+from llm.base import Provider
+from llm.types import (
+    CodeExecutionDelta,
+    ConversationMessage,
+    ErrorInfo,
+    GenerateRequest,
+    GroundingInfo,
+    ProviderConfig,
+    Role,
+    TextDelta,
+    ThinkingDelta,
+    ToolCall,
+    ToolCallDelta,
+    ToolDefinition,
+    UsageInfo,
+)
+from sessions.models import ExecutionStatus, TimelineEvent, TimelineEventStatus, TimelineEventType
+
+logger = logging.getLogger(__name__)
+
+
+class ToolResultLike(Protocol):
+    content: str
+    is_error: bool
+    duration_ms: int
+
+
+class ToolExecutor(Protocol):
+    async def list_tools(self) -> list[ToolDefinition]: ...
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResultLike: ...
+
+
+@dataclass
+class LLMTurn:
+    text: str = ""
+    thinking: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: UsageInfo = field(default_factory=UsageInfo)
+    error: ErrorInfo | None = None
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    status: ExecutionStatus
+    final_analysis: str = ""
+    error: str = ""
+    iterations: int = 0
+
+
+@dataclass
+class AgentRun:
+    """What one agent execution works with."""
+
+    agent: ResolvedAgentConfig
+    provider: Provider
+    provider_config: ProviderConfig
+    backend: str
+    tools: ToolExecutor
+    recorder: Recorder
+    messages: list[ConversationMessage]
+
+
+class IteratingController:
+    async def run(self, run: AgentRun) -> AgentResult:
+        for message in run.messages:
+            await run.recorder.message(message)
+        tools = tuple(await run.tools.list_tools())
+        limit = run.agent.max_iterations
+        for iteration in range(1, limit + 1):
+            turn = await self._call_llm(run, tools, interaction_type="iteration")
+            if turn.error:
+                return AgentResult(ExecutionStatus.FAILED, error=_describe(turn.error), iterations=iteration)
+            if not turn.tool_calls:
+                return self._conclude(turn, iteration)
+            for call in turn.tool_calls:
+                await self._run_tool(run, call)
+        run.messages.append(forced_conclusion(limit))
+        await run.recorder.message(run.messages[-1])
+        turn = await self._call_llm(run, (), interaction_type="forced_conclusion")
+        if turn.error:
+            return AgentResult(ExecutionStatus.FAILED, error=_describe(turn.error), iterations=limit + 1)
+        return self._conclude(turn, limit + 1)
+
+    @staticmethod
+    def _conclude(turn: LLMTurn, iterations: int) -> AgentResult:
+        if not turn.text.strip():
+            return AgentResult(
+                ExecutionStatus.FAILED,
+                error="the model ended its turn without an answer or a tool call",
+                iterations=iterations,
+            )
+        return AgentResult(ExecutionStatus.COMPLETED, final_analysis=turn.text, iterations=iterations)
+
+    async def _call_llm(
+        self, run: AgentRun, tools: tuple[ToolDefinition, ...], *, interaction_type: str
+    ) -> LLMTurn:
+        request = GenerateRequest(
+            messages=tuple(run.messages),
+            config=run.provider_config,
+            tools=tools,
+            execution_id=str(run.recorder.execution.id),
+            session_id=str(run.recorder.session.id),
+        )
+        turn = LLMTurn()
+        thinking_item: TimelineEvent | None = None
+        text_item: TimelineEvent | None = None
+        grounding: list[dict[str, Any]] = []
+        started = time.monotonic()
+        async for delta in run.provider.generate(request):
+            if isinstance(delta, ThinkingDelta) and delta.content:
+                if thinking_item is None:
+                    thinking_item = await run.recorder.start_item(TimelineEventType.LLM_THINKING)
+                turn.thinking += delta.content
+                await run.recorder.chunk(thinking_item, delta.content)
+            elif isinstance(delta, TextDelta) and delta.content:
+                if text_item is None:
+                    text_item = await run.recorder.start_item(TimelineEventType.LLM_RESPONSE)
+                turn.text += delta.content
+                await run.recorder.chunk(text_item, delta.content)
+            elif isinstance(delta, ToolCallDelta):
+                turn.tool_calls.append(ToolCall(delta.call_id, delta.name, delta.arguments))
+            elif isinstance(delta, CodeExecutionDelta):
+                await run.recorder.add_item(
+                    TimelineEventType.CODE_EXECUTION,
+                    delta.result or delta.code,
+                    metadata={"code": delta.code, "result": delta.result},
+                )
+            elif isinstance(delta, UsageInfo):
+                turn.usage = delta
+            elif isinstance(delta, GroundingInfo):
+                grounding.append(delta.metadata)
+            elif isinstance(delta, ErrorInfo):
+                turn.error = delta
+        duration_ms = int((time.monotonic() - started) * 1000)
+
+        if thinking_item is not None:
+            await run.recorder.complete_item(thinking_item, turn.thinking)
+        if text_item is not None:
+            final = not turn.tool_calls and turn.error is None
+            await run.recorder.complete_item(
+                text_item,
+                turn.text,
+                event_type=TimelineEventType.FINAL_ANALYSIS if final else None,
+                metadata={"grounding": grounding} if grounding else None,
+            )
+        if turn.error is not None:
+            await run.recorder.add_item(
+                TimelineEventType.ERROR,
+                _describe(turn.error),
+                metadata={"code": turn.error.code, "retryable": turn.error.retryable},
+                status=TimelineEventStatus.FAILED,
+            )
+        if turn.error is None:
+            assistant = ConversationMessage(
+                Role.ASSISTANT, turn.text, tool_calls=tuple(turn.tool_calls)
+            )
+            run.messages.append(assistant)
+            await run.recorder.message(assistant)
+        await run.recorder.llm_interaction(
+            interaction_type=interaction_type,
+            provider=run.provider_config.name,
+            backend=run.backend,
+            model_name=run.provider_config.model,
+            request_messages=[message_to_json(m) for m in request.messages],
+            tools=[tool.name for tool in tools],
+            response_text=turn.text,
+            thinking=turn.thinking,
+            tool_calls=[
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls
+            ],
+            input_tokens=turn.usage.input_tokens,
+            output_tokens=turn.usage.output_tokens,
+            thinking_tokens=turn.usage.thinking_tokens,
+            total_tokens=turn.usage.total_tokens,
+            duration_ms=duration_ms,
+            error_code=turn.error.code if turn.error else "",
+            error_message=turn.error.message if turn.error else "",
+        )
+        return turn
+
+    async def _run_tool(self, run: AgentRun, call: ToolCall) -> None:
+        server, _, tool = call.name.partition(".")
+        item = await run.recorder.start_item(
+            TimelineEventType.LLM_TOOL_CALL,
+            metadata={
+                "tool_name": call.name,
+                "server_name": server,
+                "arguments": call.arguments,
+                "call_id": call.id,
+            },
+        )
+        result = await run.tools.call_tool(call.name, call.arguments)
+        await run.recorder.complete_item(
+            item,
+            result.content,
+            status=TimelineEventStatus.FAILED if result.is_error else TimelineEventStatus.COMPLETED,
+            metadata={"is_error": result.is_error, "duration_ms": result.duration_ms},
+        )
+        await run.recorder.mcp_interaction(
+            interaction_type="tool_call",
+            server_name=server,
+            tool_name=tool,
+            arguments=call.arguments,
+            result=result.content,
+            is_error=result.is_error,
+            duration_ms=result.duration_ms,
+        )
+        message = ConversationMessage(
+            Role.TOOL, result.content, tool_call_id=call.id, tool_name=call.name
+        )
+        run.messages.append(message)
+        await run.recorder.message(message)
+
+
+def _describe(error: ErrorInfo) -> str:
+    hint = " (temporary; retrying later may succeed)" if error.retryable else ""
+    return f"LLM error [{error.code}]: {error.message}{hint}"
+
+
+def arguments_text(arguments: dict[str, Any]) -> str:
+    return json.dumps(arguments, indent=2, sort_keys=True)

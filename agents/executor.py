@@ -1,0 +1,191 @@
+"""Runs one claimed session: its chain's stages in order, each with its agent."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from agents.config import get_config
+from agents.config_types import ChainConfig, ResolvedAgentConfig, StageConfig, TarsyConfig
+from agents.controller import AgentResult, AgentRun, IteratingController
+from agents.mcp_client import MCPClientPool, MCPServerError
+from agents.prompts import initial_messages
+from agents.recorder import Recorder, db
+from llm.models import BACKENDS_FOR_TYPE, LLMProvider
+from llm.registry import get_backend
+from sessions import services
+from sessions.models import (
+    AlertSession,
+    ExecutionStatus,
+    SessionStatus,
+    Stage,
+    TimelineEventStatus,
+    TimelineEventType,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class SessionFailure(Exception):
+    """A problem that ends the session with a message the user can act on."""
+
+
+@dataclass(frozen=True)
+class ResolvedProvider:
+    row: LLMProvider
+    backend: str
+
+
+async def execute_session(session_id: str) -> str:
+    session = await db(AlertSession.objects.get)(id=session_id)
+    heartbeat = asyncio.create_task(_heartbeat(session_id))
+    try:
+        async with asyncio.timeout(settings.TARSY_SESSION_TIMEOUT):
+            final_analysis = await _run_chain(session)
+    except TimeoutError:
+        message = f"The session exceeded its timeout of {int(settings.TARSY_SESSION_TIMEOUT)} s."
+        await _fail(session, SessionStatus.TIMED_OUT, message)
+        return SessionStatus.TIMED_OUT
+    except SessionFailure as failure:
+        await _fail(session, SessionStatus.FAILED, str(failure))
+        return SessionStatus.FAILED
+    except Exception as exc:
+        logger.exception("session %s crashed", session_id)
+        await _fail(session, SessionStatus.FAILED, f"Internal error: {type(exc).__name__}: {exc}")
+        return SessionStatus.FAILED
+    finally:
+        heartbeat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await heartbeat
+    await db(services.session_finish)(
+        session_id=session.id, status=SessionStatus.COMPLETED, final_analysis=final_analysis
+    )
+    return SessionStatus.COMPLETED
+
+
+async def _heartbeat(session_id: str) -> None:
+    while True:
+        await asyncio.sleep(settings.TARSY_HEARTBEAT_INTERVAL)
+        await db(services.session_heartbeat)(session_id=session_id)
+
+
+async def _fail(session: AlertSession, status: SessionStatus, message: str) -> None:
+    await db(services.timeline_event_add)(
+        session=session,
+        event_type=TimelineEventType.ERROR,
+        content=message,
+        status=TimelineEventStatus.FAILED,
+    )
+    await db(services.session_finish)(session_id=session.id, status=status, error_message=message)
+
+
+async def _run_chain(session: AlertSession) -> str:
+    config = get_config()
+    chain = config.chains.get(session.chain_id)
+    if chain is None:
+        raise SessionFailure(
+            f"Chain {session.chain_id!r} is no longer configured in {config.source}; "
+            f"configured chains: {', '.join(config.chains)}"
+        )
+    previous = ""
+    result = AgentResult(ExecutionStatus.FAILED)
+    for index, stage_config in enumerate(chain.stages):
+        stage = await db(services.stage_start)(session=session, name=stage_config.name, index=index)
+        try:
+            result = await _run_stage(config, chain, stage_config, stage, session, previous)
+        except BaseException as exc:
+            status = ExecutionStatus.TIMED_OUT if isinstance(exc, TimeoutError) else ExecutionStatus.FAILED
+            if isinstance(exc, asyncio.CancelledError):
+                status = ExecutionStatus.CANCELLED
+            await db(services.stage_finish)(stage=stage, status=status, error_message=str(exc))
+            raise
+        await db(services.stage_finish)(stage=stage, status=result.status, error_message=result.error)
+        if result.status != ExecutionStatus.COMPLETED:
+            raise SessionFailure(f"Stage {stage_config.name!r} failed: {result.error}")
+        previous += f"### Stage '{stage_config.name}'\n\n{result.final_analysis}\n\n"
+    return result.final_analysis
+
+
+async def _run_stage(
+    config: TarsyConfig,
+    chain: ChainConfig,
+    stage_config: StageConfig,
+    stage: Stage,
+    session: AlertSession,
+    previous: str,
+) -> AgentResult:
+    agent = config.resolve_agent(chain, stage_config, stage_config.agents[0])
+    provider = await db(_resolve_provider)(agent)
+    execution = await db(services.execution_start)(
+        stage=stage,
+        agent_name=agent.agent_name,
+        agent_index=1,
+        llm_backend=provider.backend,
+        llm_provider=provider.row.name,
+        model_name=provider.row.model,
+    )
+    recorder = Recorder(session, execution)
+    servers = {name: config.mcp_servers[name] for name in agent.mcp_servers}
+    result = AgentResult(ExecutionStatus.FAILED, error="not started")
+    try:
+        async with MCPClientPool(servers) as tools:
+            run = AgentRun(
+                agent=agent,
+                provider=get_backend(provider.backend),
+                provider_config=provider.row.to_config(),
+                backend=provider.backend,
+                tools=tools,
+                recorder=recorder,
+                messages=initial_messages(
+                    agent=agent,
+                    servers=list(servers.values()),
+                    alert_type=session.alert_type,
+                    alert_data=session.alert_data,
+                    runbook=session.runbook,
+                    previous_stages=previous,
+                ),
+            )
+            result = await IteratingController().run(run)
+    except MCPServerError as exc:
+        result = AgentResult(ExecutionStatus.FAILED, error=str(exc))
+        await recorder.add_item(
+            TimelineEventType.ERROR, str(exc), status=TimelineEventStatus.FAILED
+        )
+    finally:
+        await db(services.execution_finish)(
+            execution=execution,
+            status=result.status,
+            final_analysis=result.final_analysis,
+            error_message=result.error,
+            iterations=result.iterations,
+        )
+    return result
+
+
+def _resolve_provider(agent: ResolvedAgentConfig) -> ResolvedProvider:
+    if agent.llm_provider:
+        row = LLMProvider.objects.filter(name=agent.llm_provider, enabled=True).first()
+        if row is None:
+            raise SessionFailure(
+                f"LLM provider {agent.llm_provider!r} (used by {agent.agent_name}) does not "
+                "exist or is disabled; check Django admin → LLM providers"
+            )
+    else:
+        row = LLMProvider.objects.filter(is_default=True, enabled=True).first()
+        if row is None:
+            raise SessionFailure(
+                "No LLM provider is configured: mark one as default in Django admin or set "
+                "defaults.llm_provider in tarsy.yaml"
+            )
+    backend = agent.llm_backend or row.default_backend()
+    allowed = BACKENDS_FOR_TYPE[row.type]
+    if backend not in allowed:
+        raise SessionFailure(
+            f"llm_backend {backend!r} cannot drive provider {row.name!r} of type {row.type!r}; "
+            f"allowed: {', '.join(allowed)}"
+        )
+    return ResolvedProvider(row, backend)

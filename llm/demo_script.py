@@ -1,0 +1,163 @@
+"""The demo investigation: a scripted model that really reads its tool results.
+
+It lists pods and events in the alert's namespace, picks the pod that is failing,
+reads its logs and description, and writes an analysis quoting what it found — so a
+new user sees a genuine loop of thinking, tool calls and results against the bundled
+demo cluster, with no API key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from llm.scripted import ScriptTurn
+from llm.types import GenerateRequest, Role
+
+DEFAULT_NAMESPACE = "payments"
+_NAMESPACE = re.compile(r"namespace[\"']?\s*[:=]\s*[\"']?([a-z0-9][-a-z0-9]*)", re.IGNORECASE)
+_POD_NAME = re.compile(r"\b([a-z0-9]+(?:-[a-z0-9]+)+)\b")
+_FAILING = re.compile(r"CrashLoopBackOff|Error|OOMKilled|ImagePull|Failed", re.IGNORECASE)
+_LOG_PROBLEM = re.compile(r"ERROR|FATAL|CRITICAL|panic|exception|refused|denied|missing", re.IGNORECASE)
+
+
+def _namespace(request: GenerateRequest) -> str:
+    for message in request.messages:
+        if message.role == Role.USER and (match := _NAMESPACE.search(message.content)):
+            return match.group(1)
+    return DEFAULT_NAMESPACE
+
+
+def _tool_results(request: GenerateRequest) -> dict[str, str]:
+    """Latest result per tool (short name, e.g. 'get_pods')."""
+    results: dict[str, str] = {}
+    for message in request.messages:
+        if message.role == Role.TOOL:
+            results[message.tool_name.rpartition(".")[2]] = message.content
+    return results
+
+
+def _failing_pod(pods_text: str) -> str | None:
+    try:
+        data: Any = json.loads(pods_text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        data = data.get("pods") or data.get("items")
+    if isinstance(data, list):
+        for pod in data:
+            if isinstance(pod, dict) and _FAILING.search(json.dumps(pod)):
+                name = pod.get("name") or pod.get("metadata", {}).get("name")
+                if name:
+                    return str(name)
+    for line in pods_text.splitlines():
+        if _FAILING.search(line) and (match := _POD_NAME.search(line)):
+            return match.group(1)
+    return None
+
+
+def _tool(request: GenerateRequest, short_name: str) -> str | None:
+    for tool in request.tools:
+        if tool.name.rpartition(".")[2] == short_name:
+            return tool.name
+    return None
+
+
+def _evidence(text: str, limit: int = 4) -> list[str]:
+    lines = [line.strip() for line in text.splitlines() if _LOG_PROBLEM.search(line)]
+    return lines[-limit:]
+
+
+def demo_turn(request: GenerateRequest) -> ScriptTurn:
+    namespace = _namespace(request)
+    results = _tool_results(request)
+    step = sum(1 for m in request.messages if m.role == Role.ASSISTANT)
+    can_use_tools = bool(request.tools)
+
+    if step == 0 and can_use_tools:
+        calls = [
+            (name, {"namespace": namespace})
+            for name in (_tool(request, "get_pods"), _tool(request, "get_events"))
+            if name
+        ]
+        return ScriptTurn(
+            thinking=(
+                f"The alert points at namespace {namespace}. Before guessing, I want the "
+                "current state of its pods and the recent cluster events: a crash loop, "
+                "a failed probe or a scheduling problem will show up there."
+            ),
+            text=f"I'll start by listing the pods and recent events in `{namespace}`.",
+            tool_calls=tuple(calls),
+        )
+
+    pod = _failing_pod(results.get("get_pods", ""))
+    if step == 1 and can_use_tools and pod:
+        calls = []
+        if logs_tool := _tool(request, "get_pod_logs"):
+            calls.append((logs_tool, {"namespace": namespace, "name": pod, "previous": True}))
+        if describe_tool := _tool(request, "describe_pod"):
+            calls.append((describe_tool, {"namespace": namespace, "name": pod}))
+        return ScriptTurn(
+            thinking=(
+                f"Pod {pod} is the one failing. Its previous container's logs should say why "
+                "it exits, and its description will show the exit code, restarts and the "
+                "configuration it runs with."
+            ),
+            text=f"`{pod}` is failing. Next I'm reading its logs and its description.",
+            tool_calls=tuple(calls),
+        )
+    return ScriptTurn(thinking=_closing_thought(pod), text=_analysis(namespace, pod, results))
+
+
+def _closing_thought(pod: str | None) -> str:
+    if pod is None:
+        return "No pod in the namespace looks unhealthy, so I'll report what I checked."
+    return (
+        f"The logs of {pod} and its description agree, so I can name the root cause and "
+        "the fix without more tool calls."
+    )
+
+
+def _analysis(namespace: str, pod: str | None, results: dict[str, str]) -> str:
+    if pod is None:
+        return (
+            f"## Summary\nNo failing pod was found in namespace `{namespace}`.\n\n"
+            "## What I checked\n- Pods: all reported as running.\n"
+            "- Events: nothing that explains the alert.\n\n"
+            "## Next steps\nCheck whether the alert's namespace is right, and whether it "
+            "has already recovered."
+        )
+    log_lines = _evidence(results.get("get_pod_logs", ""))
+    describe_lines = [
+        line.strip()
+        for line in results.get("describe_pod", "").splitlines()
+        if re.search(r"reason|exit code|restart|state", line, re.IGNORECASE)
+    ][:5]
+    event_lines = [
+        line.strip()
+        for line in results.get("get_events", "").splitlines()
+        if pod.rsplit("-", 2)[0] in line and re.search(r"warning|back-?off|fail", line, re.IGNORECASE)
+    ][:3]
+    cause = log_lines[-1] if log_lines else "the container exits shortly after starting"
+    parts = [
+        "## Summary",
+        f"Pod `{pod}` in namespace `{namespace}` is crash-looping: its container starts, "
+        "fails and is restarted with growing back-off.",
+        "",
+        "## Evidence",
+    ]
+    parts += [f"- Log: `{line}`" for line in log_lines] or ["- Logs: no error lines found."]
+    parts += [f"- Pod: {line}" for line in describe_lines]
+    parts += [f"- Event: {line}" for line in event_lines]
+    parts += [
+        "",
+        "## Root cause",
+        f"The application fails at start-up: {cause}",
+        "",
+        "## Recommended fix",
+        "Restore what the start-up depends on (the configuration or dependency named in "
+        "the error above), then restart the deployment and confirm the pods become Ready.",
+    ]
+    return "\n".join(parts)
+

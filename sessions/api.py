@@ -1,0 +1,202 @@
+"""REST API under /api/v1 (compatible with TARSy's)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
+from django.db import DatabaseError, connection
+from django.http import HttpRequest, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.views.decorators.http import require_GET, require_POST
+
+from agents.config import get_config
+from sessions import selectors, services
+from sessions.auth import api_view
+from sessions.intake import AlertRejected, validate_alert
+from sessions.models import AlertSession, SessionStatus, TimelineEvent
+
+
+def _error(message: str, status: int, **extra: Any) -> JsonResponse:
+    return JsonResponse({"error": message, **extra}, status=status)
+
+
+@api_view
+@require_POST
+def alert_create(request: HttpRequest) -> JsonResponse:
+    length = int(request.headers.get("Content-Length") or 0)
+    if length > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+        return _error(
+            f"request body is {length} bytes; the limit is "
+            f"{settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes",
+            413,
+        )
+    try:
+        body = json.loads(request.body or b"")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return _error(f"request body is not valid JSON: {exc}", 400)
+    if not isinstance(body, dict):
+        return _error("request body must be a JSON object with a 'data' field", 400)
+    try:
+        alert = validate_alert(
+            data=body.get("data"),
+            alert_type=body.get("alert_type"),
+            runbook=body.get("runbook"),
+            unknown_fields=set(body) - {"data", "alert_type", "runbook"},
+        )
+    except AlertRejected as rejected:
+        return _error(str(rejected), rejected.status, **rejected.extra)
+    session = services.session_create(
+        alert_type=alert.alert_type,
+        alert_data=alert.data,
+        chain_id=alert.chain_id,
+        runbook=alert.runbook,
+        author=request.user.get_username(),
+    )
+    return JsonResponse({"session_id": str(session.id), "status": "queued"}, status=202)
+
+
+def session_json(session: AlertSession) -> dict[str, Any]:
+    return {
+        "session_id": str(session.id),
+        "alert_type": session.alert_type,
+        "chain_id": session.chain_id,
+        "status": session.status,
+        "author": session.author,
+        "created_at": session.created_at.isoformat(),
+        "started_at": session.started_at.isoformat() if session.started_at else None,
+        "completed_at": session.completed_at.isoformat() if session.completed_at else None,
+        "duration_seconds": session.duration_seconds,
+        "error_message": session.error_message,
+    }
+
+
+def timeline_json(event: TimelineEvent) -> dict[str, Any]:
+    return services.timeline_payload(event)
+
+
+def _positive_int(value: str | None, default: int, name: str, maximum: int | None = None) -> int:
+    if value in (None, ""):
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {value!r}") from None
+    if number < 1 or (maximum and number > maximum):
+        raise ValueError(f"{name} must be between 1 and {maximum or 'any'}, got {number}")
+    return number
+
+
+@api_view
+@require_GET
+def session_list(request: HttpRequest) -> JsonResponse:
+    try:
+        page = _positive_int(request.GET.get("page"), 1, "page")
+        page_size = _positive_int(
+            request.GET.get("page_size"),
+            selectors.DEFAULT_PAGE_SIZE,
+            "page_size",
+            selectors.MAX_PAGE_SIZE,
+        )
+    except ValueError as exc:
+        return _error(str(exc), 400)
+    statuses = [s for s in request.GET.get("status", "").split(",") if s]
+    unknown = set(statuses) - set(SessionStatus.values)
+    if unknown:
+        return _error(
+            f"unknown status {', '.join(sorted(unknown))}; allowed: {', '.join(SessionStatus.values)}",
+            400,
+        )
+    sessions = selectors.session_list(
+        statuses=statuses,
+        alert_type=request.GET.get("alert_type", ""),
+        search=request.GET.get("search", ""),
+    )
+    result = selectors.session_page(sessions, page=page, page_size=page_size)
+    return JsonResponse(
+        {
+            "sessions": [session_json(s) for s in result.object_list],
+            "pagination": {
+                "page": result.number,
+                "page_size": page_size,
+                "total": result.paginator.count,
+                "total_pages": result.paginator.num_pages,
+            },
+        }
+    )
+
+
+@api_view
+@require_GET
+def session_detail(request: HttpRequest, session_id) -> JsonResponse:
+    session = get_object_or_404(AlertSession, id=session_id)
+    data = session_json(session)
+    data.update(
+        alert_data=session.alert_data,
+        runbook=session.runbook,
+        final_analysis=session.final_analysis,
+        tokens=selectors.session_token_totals(session),
+        stages=[
+            {
+                "stage_id": stage.id,
+                "name": stage.name,
+                "index": stage.index,
+                "status": stage.status,
+                "executions": [
+                    {
+                        "execution_id": execution.id,
+                        "agent_name": execution.agent_name,
+                        "status": execution.status,
+                        "llm_provider": execution.llm_provider,
+                        "llm_backend": execution.llm_backend,
+                        "model_name": execution.model_name,
+                        "iterations": execution.iterations,
+                    }
+                    for execution in stage.executions.all()
+                ],
+            }
+            for stage in session.stages.prefetch_related("executions")
+        ],
+    )
+    return JsonResponse(data)
+
+
+@api_view
+@require_GET
+def session_timeline(request: HttpRequest, session_id) -> JsonResponse:
+    session = get_object_or_404(AlertSession, id=session_id)
+    return JsonResponse(
+        {
+            "session_id": str(session.id),
+            "status": session.status,
+            "events": [timeline_json(e) for e in selectors.session_timeline(session)],
+        }
+    )
+
+
+@login_not_required
+@require_GET
+def health(request: HttpRequest) -> JsonResponse:
+    checks: dict[str, str] = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        checks["database"] = "ok"
+    except DatabaseError as exc:
+        checks["database"] = f"error: {exc}"
+        return JsonResponse({"status": "unhealthy", "checks": checks}, status=503)
+    try:
+        get_config()
+        checks["config"] = "ok"
+    except ValueError as exc:
+        checks["config"] = f"error: {exc}"
+        return JsonResponse({"status": "unhealthy", "checks": checks}, status=503)
+    return JsonResponse(
+        {
+            "status": "healthy",
+            "checks": checks,
+            "queue": {"active_sessions": selectors.active_sessions().count()},
+        }
+    )

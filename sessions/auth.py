@@ -1,0 +1,84 @@
+"""API authentication: ``Authorization: Bearer <token>`` or a logged-in browser session."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Callable
+from functools import wraps
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.models import AbstractBaseUser
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from sessions.models import ApiToken
+
+TOKEN_PREFIX = "tarsy_"
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def api_token_create(*, username: str) -> str:
+    """Create the user if needed and a new token for it; returns the token (shown once)."""
+    user, _ = get_user_model().objects.get_or_create(username=username)
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    ApiToken.objects.create(user=user, token_hash=_hash(token), prefix=token[:12])
+    return token
+
+
+def user_for_token(token: str) -> AbstractBaseUser | None:
+    api_token = (
+        ApiToken.objects.select_related("user").filter(token_hash=_hash(token)).first()
+    )
+    if api_token is None or not api_token.user.is_active:
+        return None
+    ApiToken.objects.filter(pk=api_token.pk).update(last_used_at=timezone.now())
+    return api_token.user
+
+
+def _csrf_failure(request: HttpRequest) -> HttpResponse | None:
+    return CsrfViewMiddleware(lambda r: HttpResponse()).process_view(request, None, (), {})
+
+
+def api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Authenticate an API request; answer 401 JSON rather than redirecting to a login page.
+
+    Bearer requests skip CSRF (no ambient credentials); cookie-authenticated unsafe
+    requests still get Django's CSRF check.
+    """
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        header = request.headers.get("Authorization", "")
+        if header:
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                return JsonResponse(
+                    {"error": "Authorization header must be 'Bearer <token>'"}, status=401
+                )
+            user = user_for_token(token.strip())
+            if user is None:
+                return JsonResponse({"error": "invalid or revoked API token"}, status=401)
+            request.user = user
+        elif request.user.is_authenticated:
+            if request.method not in ("GET", "HEAD", "OPTIONS") and (
+                failure := _csrf_failure(request)
+            ):
+                return failure
+        else:
+            return JsonResponse(
+                {
+                    "error": "authentication required: send 'Authorization: Bearer <token>' "
+                    "(create one with: python manage.py create_api_token USERNAME)"
+                },
+                status=401,
+            )
+        return view(request, *args, **kwargs)
+
+    return csrf_exempt(login_not_required(wrapper))

@@ -1,0 +1,53 @@
+"""System checks run by ``manage.py check``/``migrate`` (and so by bin/run at start-up)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, register
+from django.db import DatabaseError
+
+
+@register()
+def check_queue_timeouts(app_configs, **kwargs) -> list[CheckMessage]:
+    cluster = settings.Q_CLUSTER
+    timeout = settings.TARSY_SESSION_TIMEOUT
+    problems = []
+    if cluster["timeout"] <= timeout:
+        problems.append(
+            Error(
+                f"Q_CLUSTER timeout ({cluster['timeout']} s) must exceed TARSY_SESSION_TIMEOUT "
+                f"({timeout} s), or django-q2 kills sessions before TARSy times them out.",
+                id="tarsy.E001",
+            )
+        )
+    if cluster["retry"] <= cluster["timeout"]:
+        problems.append(
+            Error(
+                f"Q_CLUSTER retry ({cluster['retry']} s) must exceed its timeout "
+                f"({cluster['timeout']} s), or running sessions are delivered twice.",
+                id="tarsy.E002",
+            )
+        )
+    return problems
+
+
+@register(deploy=False)
+def check_config_references(app_configs, databases=None, **kwargs) -> list[CheckMessage]:
+    """tarsy.yaml names providers that live in the database; check them when we can."""
+    if not databases:
+        return []
+    from agents.config import get_config, validate_references
+    from llm.models import LLMProvider
+    from llm.registry import backend_names
+
+    try:
+        providers = list(LLMProvider.objects.filter(enabled=True).values_list("name", "is_default"))
+    except DatabaseError:
+        return []  # not migrated yet; migrate runs the checks again afterwards
+    problems = validate_references(
+        get_config(),
+        provider_names={name for name, _ in providers},
+        has_default_provider=any(is_default for _, is_default in providers),
+        backend_names=backend_names(),
+    )
+    return [Error(problem, id="tarsy.E003") for problem in problems]

@@ -1,0 +1,157 @@
+"""WebSocket consumers for the HTMX pages: they send HTML fragments.
+
+Protocol: after connecting, the page sends ``{"action": "subscribe", "last_event_id": N}``
+with the cursor it was rendered at (or last saw). The consumer replays what happened
+after N from the event log, then streams live events, skipping any it already sent.
+More than ``TARSY_CATCHUP_LIMIT`` persistent events to replay: it tells the page to
+reload instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from sessions import live, selectors
+from sessions.models import AlertSession
+from sessions.relay import LIST_GROUP, ensure_relay_running, event_message, session_group
+from sessions.services import SESSION_STATUS
+
+logger = logging.getLogger(__name__)
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_NOT_FOUND = 4404
+RELOAD = '<div id="live-reload" data-reload="1"></div>'
+# Stream chunks are small; allow many more of them than persistent events.
+TRANSIENT_FACTOR = 50
+
+
+class _LiveConsumer(AsyncWebsocketConsumer):
+    group: str = ""
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await self.setup():
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self.subscribed = False
+        self.buffer: list[dict[str, Any]] = []
+        self.last_sent = 0
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        ensure_relay_running()
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def setup(self) -> bool:
+        raise NotImplementedError
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            message = json.loads(text_data or "")
+            action = message.get("action")
+            cursor = int(message.get("last_event_id") or 0)
+        except (ValueError, TypeError, AttributeError):
+            await self.send(text_data=json.dumps({"error": "expected JSON with 'action'"}))
+            return
+        if action == "ping":
+            await self.send(text_data='<div id="live-pong" hidden></div>')
+            return
+        if action != "subscribe" or self.subscribed:
+            return
+        events = await self.replay(cursor)
+        if events is None:
+            await self.send(text_data=RELOAD)
+            await self.close()
+            return
+        self.last_sent = cursor
+        for event in events:
+            await self.deliver(event)
+        for event in self.buffer:
+            await self.deliver(event)
+        self.buffer = []
+        self.subscribed = True
+
+    async def relay_event(self, message: dict[str, Any]) -> None:
+        if not self.subscribed:
+            self.buffer.append(message["event"])
+            return
+        await self.deliver(message["event"])
+
+    async def deliver(self, event: dict[str, Any]) -> None:
+        if event["id"] <= self.last_sent:
+            return  # already replayed or sent live
+        html = await self.render(event)
+        self.last_sent = event["id"]
+        await self.send(text_data=html + live.cursor_fragment(event["id"]))
+
+    async def replay(self, cursor: int) -> list[dict[str, Any]] | None:
+        raise NotImplementedError
+
+    async def render(self, event: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+
+class SessionConsumer(_LiveConsumer):
+    """Follows one session's page: status, timeline items and stream chunks."""
+
+    async def setup(self) -> bool:
+        self.session_id = self.scope["url_route"]["kwargs"]["session_id"]
+        self.group = session_group(self.session_id)
+        return await sync_to_async(AlertSession.objects.filter(id=self.session_id).exists)()
+
+    async def replay(self, cursor: int) -> list[dict[str, Any]] | None:
+        limit = settings.TARSY_CATCHUP_LIMIT
+
+        def load() -> list[dict[str, Any]] | None:
+            if selectors.persistent_event_count_after(cursor, session_id=self.session_id) > limit:
+                return None
+            events = selectors.events_after(
+                cursor, session_id=self.session_id, limit=limit * TRANSIENT_FACTOR + 1
+            )
+            if len(events) > limit * TRANSIENT_FACTOR:
+                return None
+            return [event_message(e) for e in events]
+
+        return await sync_to_async(load)()
+
+    async def render(self, event: dict[str, Any]) -> str:
+        session = None
+        if event["type"] == SESSION_STATUS:
+            session = await sync_to_async(AlertSession.objects.get)(id=self.session_id)
+        return live.session_fragments(event, session)
+
+
+class SessionListConsumer(_LiveConsumer):
+    """Follows the session list: rows appear and change status as sessions move."""
+
+    async def setup(self) -> bool:
+        self.group = LIST_GROUP
+        return True
+
+    async def replay(self, cursor: int) -> list[dict[str, Any]] | None:
+        limit = settings.TARSY_CATCHUP_LIMIT
+
+        def load() -> list[dict[str, Any]] | None:
+            events = selectors.events_after(cursor, types=[SESSION_STATUS], limit=limit + 1)
+            if len(events) > limit:
+                return None
+            return [event_message(e) for e in events]
+
+        return await sync_to_async(load)()
+
+    async def render(self, event: dict[str, Any]) -> str:
+        session = await sync_to_async(
+            AlertSession.objects.filter(id=event["session_id"]).first
+        )()
+        return live.list_fragment(session) if session else ""

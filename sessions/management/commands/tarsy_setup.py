@@ -1,0 +1,69 @@
+"""First-run set-up used by bin/run: a login, a demo LLM provider, the reaper schedule."""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django_q.models import Schedule
+
+from llm.models import LLMProvider, ProviderType
+
+
+class Command(BaseCommand):
+    help = "Make sure a login, an LLM provider and TARSy's scheduled jobs exist."
+
+    def handle(self, *args, **options) -> None:
+        self.ensure_login()
+        self.ensure_provider()
+        Schedule.objects.update_or_create(
+            name="tarsy-reap-orphans",
+            defaults={
+                "func": "sessions.tasks.reap_orphans",
+                "schedule_type": Schedule.MINUTES,
+                "minutes": 1,
+                "repeats": -1,
+            },
+        )
+
+    def ensure_login(self) -> None:
+        users = get_user_model()
+        password_file = settings.DATA_DIR / "admin-password.txt"
+        if users.objects.filter(is_superuser=True).exists():
+            if password_file.exists():
+                self.stdout.write(
+                    f"Log in as 'admin' with the password in {password_file}"
+                )
+            else:
+                self.stdout.write("Log in with your existing admin account.")
+            return
+        password = os.environ.get("TARSY_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
+        users.objects.create_superuser("admin", "", password)
+        if "TARSY_ADMIN_PASSWORD" not in os.environ:
+            password_file.parent.mkdir(parents=True, exist_ok=True)
+            password_file.write_text(password + "\n")
+            password_file.chmod(0o600)
+            self.stdout.write(
+                f"Created the login 'admin'; its password is in {password_file} "
+                "(change it in Admin → Users)."
+            )
+        else:
+            self.stdout.write("Created the login 'admin' with TARSY_ADMIN_PASSWORD.")
+
+    def ensure_provider(self) -> None:
+        if LLMProvider.objects.exists():
+            return
+        LLMProvider.objects.create(
+            name="demo",
+            type=ProviderType.SCRIPTED,
+            model="demo-investigator",
+            options={"script": "demo", "chunk_delay": 0.03},
+            is_default=True,
+        )
+        self.stdout.write(
+            "No LLM provider was configured: created the scripted 'demo' provider. "
+            "Add a real one in Admin → LLM providers."
+        )

@@ -1,0 +1,309 @@
+"""The domain: an alert session and everything that happened while investigating it.
+
+Every state change is a row, written progressively by the worker; the event log
+(``SessionEvent``) records each change in the same transaction so that browsers can
+follow along and catch up after a disconnect.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class SessionStatus(models.TextChoices):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    CANCELLING = "cancelling"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+TERMINAL_SESSION_STATUSES = (
+    SessionStatus.COMPLETED,
+    SessionStatus.FAILED,
+    SessionStatus.CANCELLED,
+    SessionStatus.TIMED_OUT,
+)
+
+
+class ExecutionStatus(models.TextChoices):
+    PENDING = "pending"
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+class AlertSession(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    alert_type = models.CharField(max_length=100)
+    # Opaque text (JSON, YAML, plain…), passed to the LLM verbatim.
+    alert_data = models.TextField()
+    runbook = models.TextField(blank=True)
+    chain_id = models.CharField(max_length=100)
+    status = models.CharField(
+        max_length=20, choices=SessionStatus.choices, default=SessionStatus.PENDING
+    )
+    author = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    final_analysis = models.TextField(blank=True)
+    error_message = models.TextField(blank=True)
+    worker_id = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["status", "created_at"], name="session_status_created"),
+            models.Index(fields=["created_at"], name="session_created"),
+            models.Index(fields=["alert_type"], name="session_alert_type"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.alert_type} {self.id} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_SESSION_STATUSES
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if not self.started_at:
+            return None
+        if not self.completed_at:
+            return None
+        return (self.completed_at - self.started_at).total_seconds()
+
+
+class Stage(models.Model):
+    session = models.ForeignKey(AlertSession, on_delete=models.CASCADE, related_name="stages")
+    name = models.CharField(max_length=200)
+    index = models.PositiveIntegerField()
+    status = models.CharField(
+        max_length=20, choices=ExecutionStatus.choices, default=ExecutionStatus.PENDING
+    )
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    error_message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["session", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "index"], name="stage_unique_index")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.index}: {self.name} ({self.status})"
+
+
+class AgentExecution(models.Model):
+    session = models.ForeignKey(AlertSession, on_delete=models.CASCADE, related_name="executions")
+    stage = models.ForeignKey(Stage, on_delete=models.CASCADE, related_name="executions")
+    agent_name = models.CharField(max_length=200)
+    agent_index = models.PositiveIntegerField(default=1)
+    status = models.CharField(
+        max_length=20, choices=ExecutionStatus.choices, default=ExecutionStatus.PENDING
+    )
+    llm_backend = models.CharField(max_length=50, blank=True)
+    llm_provider = models.CharField(max_length=100, blank=True)
+    model_name = models.CharField(max_length=200, blank=True)
+    iterations = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    final_analysis = models.TextField(blank=True)
+    error_message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["stage", "agent_index"]
+
+    def __str__(self) -> str:
+        return f"{self.agent_name} #{self.agent_index} ({self.status})"
+
+
+class TimelineEventType(models.TextChoices):
+    LLM_THINKING = "llm_thinking"
+    LLM_RESPONSE = "llm_response"
+    LLM_TOOL_CALL = "llm_tool_call"
+    MCP_TOOL_SUMMARY = "mcp_tool_summary"
+    CODE_EXECUTION = "code_execution"
+    ERROR = "error"
+    USER_QUESTION = "user_question"
+    FINAL_ANALYSIS = "final_analysis"
+    EXECUTIVE_SUMMARY = "executive_summary"
+    PROVIDER_FALLBACK = "provider_fallback"
+
+
+class TimelineEventStatus(models.TextChoices):
+    STREAMING = "streaming"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class TimelineEvent(models.Model):
+    session = models.ForeignKey(AlertSession, on_delete=models.CASCADE, related_name="timeline")
+    stage = models.ForeignKey(Stage, null=True, blank=True, on_delete=models.CASCADE)
+    execution = models.ForeignKey(AgentExecution, null=True, blank=True, on_delete=models.CASCADE)
+    sequence_number = models.PositiveIntegerField()
+    event_type = models.CharField(max_length=30, choices=TimelineEventType.choices)
+    status = models.CharField(
+        max_length=20, choices=TimelineEventStatus.choices, default=TimelineEventStatus.COMPLETED
+    )
+    content = models.TextField(blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["session", "id"], name="timeline_session_id")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["execution", "sequence_number"], name="timeline_unique_sequence"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} #{self.sequence_number} ({self.status})"
+
+
+class MessageRole(models.TextChoices):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class Message(models.Model):
+    session = models.ForeignKey(AlertSession, on_delete=models.CASCADE, related_name="messages")
+    execution = models.ForeignKey(AgentExecution, on_delete=models.CASCADE, related_name="messages")
+    sequence_number = models.PositiveIntegerField()
+    role = models.CharField(max_length=20, choices=MessageRole.choices)
+    content = models.TextField(blank=True)
+    tool_calls = models.JSONField(default=list, blank=True)
+    tool_call_id = models.CharField(max_length=200, blank=True)
+    tool_name = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["execution", "sequence_number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["execution", "sequence_number"], name="message_unique_sequence"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.sequence_number}"
+
+
+class LLMInteraction(models.Model):
+    session = models.ForeignKey(
+        AlertSession, on_delete=models.CASCADE, related_name="llm_interactions"
+    )
+    execution = models.ForeignKey(
+        AgentExecution, on_delete=models.CASCADE, related_name="llm_interactions"
+    )
+    interaction_type = models.CharField(max_length=30, default="iteration")
+    provider = models.CharField(max_length=100)
+    backend = models.CharField(max_length=50)
+    model_name = models.CharField(max_length=200, blank=True)
+    request_messages = models.JSONField(default=list)
+    tools = models.JSONField(default=list, blank=True)
+    response_text = models.TextField(blank=True)
+    thinking = models.TextField(blank=True)
+    tool_calls = models.JSONField(default=list, blank=True)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    thinking_tokens = models.PositiveIntegerField(default=0)
+    total_tokens = models.PositiveIntegerField(default=0)
+    duration_ms = models.PositiveIntegerField(default=0)
+    error_code = models.CharField(max_length=50, blank=True)
+    error_message = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name = "LLM interaction"
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.model_name} {self.interaction_type}"
+
+
+class MCPInteraction(models.Model):
+    session = models.ForeignKey(
+        AlertSession, on_delete=models.CASCADE, related_name="mcp_interactions"
+    )
+    execution = models.ForeignKey(
+        AgentExecution, on_delete=models.CASCADE, related_name="mcp_interactions"
+    )
+    interaction_type = models.CharField(max_length=20, default="tool_call")  # or tool_list
+    server_name = models.CharField(max_length=100)
+    tool_name = models.CharField(max_length=200, blank=True)
+    arguments = models.JSONField(default=dict, blank=True)
+    result = models.TextField(blank=True)
+    is_error = models.BooleanField(default=False)
+    available_tools = models.JSONField(default=list, blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name = "MCP interaction"
+
+    def __str__(self) -> str:
+        return f"{self.server_name}.{self.tool_name} ({self.interaction_type})"
+
+
+class SessionEvent(models.Model):
+    """The outbox every live update flows through.
+
+    ``id`` is the cursor clients resume from. Persistent events are written in the
+    transaction of the change they describe; transient ones (stream chunks) are written
+    on their own and expire after a TTL.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    session = models.ForeignKey(AlertSession, on_delete=models.CASCADE, related_name="events")
+    type = models.CharField(max_length=50)
+    payload = models.JSONField(default=dict)
+    transient = models.BooleanField(default=False)
+    # Set on stream chunks so a page render can rebuild a streaming item's text.
+    timeline_event_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["session", "id"], name="event_session_id"),
+            models.Index(fields=["timeline_event_id", "id"], name="event_timeline_chunks"),
+            models.Index(fields=["transient", "created_at"], name="event_transient_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.id} {self.type}"
+
+
+class ApiToken(models.Model):
+    """A bearer token for API clients. Only its SHA-256 is stored."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=12, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"

@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from sessions.consumers import SessionConsumer, SessionListConsumer
+
+websocket_urlpatterns = [
+    path("ws/sessions/", SessionListConsumer.as_asgi()),
+    path("ws/sessions/<uuid:session_id>/", SessionConsumer.as_asgi()),
+]

@@ -1,0 +1,96 @@
+"""Every read of the domain that is more than ``objects.get``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.core.paginator import Page, Paginator
+from django.db.models import QuerySet, Sum
+
+from sessions.models import AlertSession, SessionEvent, SessionStatus, TimelineEvent
+from sessions.services import STREAM_CHUNK
+
+DEFAULT_PAGE_SIZE = 25
+MAX_PAGE_SIZE = 100
+
+
+def session_list(
+    *, statuses: list[str] | None = None, alert_type: str = "", search: str = ""
+) -> QuerySet[AlertSession]:
+    sessions = AlertSession.objects.all().order_by("-created_at")
+    if statuses:
+        sessions = sessions.filter(status__in=statuses)
+    if alert_type:
+        sessions = sessions.filter(alert_type=alert_type)
+    if search:
+        sessions = sessions.filter(alert_data__icontains=search) | sessions.filter(
+            final_analysis__icontains=search
+        )
+    return sessions.defer("alert_data", "final_analysis")
+
+
+def session_page(sessions: QuerySet[AlertSession], *, page: int, page_size: int) -> Page:
+    return Paginator(sessions, page_size).get_page(page)
+
+
+def active_sessions() -> QuerySet[AlertSession]:
+    return AlertSession.objects.filter(
+        status__in=[SessionStatus.PENDING, SessionStatus.IN_PROGRESS, SessionStatus.CANCELLING]
+    )
+
+
+def session_timeline(session: AlertSession) -> list[TimelineEvent]:
+    return list(session.timeline.select_related("stage").order_by("id"))
+
+
+def session_token_totals(session: AlertSession) -> dict[str, int]:
+    totals = session.llm_interactions.aggregate(
+        input_tokens=Sum("input_tokens"),
+        output_tokens=Sum("output_tokens"),
+        thinking_tokens=Sum("thinking_tokens"),
+        total_tokens=Sum("total_tokens"),
+    )
+    return {key: value or 0 for key, value in totals.items()}
+
+
+def latest_event_id() -> int:
+    return SessionEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
+
+
+def events_after(
+    cursor: int, *, session_id: Any = None, limit: int = 500, types: list[str] | None = None
+) -> list[SessionEvent]:
+    events = SessionEvent.objects.filter(id__gt=cursor)
+    if session_id is not None:
+        events = events.filter(session_id=session_id)
+    if types:
+        events = events.filter(type__in=types)
+    return list(events.order_by("id")[:limit])
+
+
+def persistent_event_count_after(cursor: int, *, session_id: Any) -> int:
+    return SessionEvent.objects.filter(
+        id__gt=cursor, session_id=session_id, transient=False
+    ).count()
+
+
+def streamed_text(timeline_event_ids: list[int], *, up_to_event_id: int) -> dict[int, str]:
+    """Text streamed so far into each still-streaming item, as of one event-log cursor.
+
+    A page rendered at cursor C shows exactly the chunks up to C; the live socket then
+    resumes from C, so nothing is shown twice and nothing is missing.
+    """
+    if not timeline_event_ids:
+        return {}
+    chunks: dict[int, list[str]] = defaultdict(list)
+    rows = (
+        SessionEvent.objects.filter(
+            timeline_event_id__in=timeline_event_ids, type=STREAM_CHUNK, id__lte=up_to_event_id
+        )
+        .order_by("id")
+        .values_list("timeline_event_id", "payload")
+    )
+    for timeline_event_id, payload in rows:
+        chunks[timeline_event_id].append(payload.get("delta", ""))
+    return {key: "".join(parts) for key, parts in chunks.items()}

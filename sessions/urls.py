@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from sessions import api, views
+
+app_name = "sessions"
+
+urlpatterns = [
+    path("", views.session_list, name="list"),
+    path("sessions/new/", views.session_new, name="new"),
+    path("sessions/<uuid:session_id>/", views.session_detail, name="detail"),
+]
+
+api_urlpatterns = [
+    path("alerts", api.alert_create, name="api-alert-create"),
+    path("sessions", api.session_list, name="api-session-list"),
+    path("sessions/<uuid:session_id>", api.session_detail, name="api-session-detail"),
+    path("sessions/<uuid:session_id>/timeline", api.session_timeline, name="api-session-timeline"),
+    path("health", api.health, name="api-health"),
+]

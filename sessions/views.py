@@ -1,0 +1,56 @@
+"""Server-rendered pages; live updates arrive over the WebSocket (see consumers.py)."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods
+
+from sessions import selectors, services
+from sessions.forms import AlertForm
+from sessions.live import TimelineItem
+from sessions.models import AlertSession, TimelineEventStatus
+
+
+def session_list(request: HttpRequest) -> HttpResponse:
+    # Read the cursor before the rows: the socket replays everything after it, so the
+    # page can only be ahead of the cursor, never behind.
+    cursor = selectors.latest_event_id()
+    sessions = selectors.session_page(selectors.session_list(), page=1, page_size=50)
+    return render(request, "sessions/list.html", {"sessions": sessions, "cursor": cursor})
+
+
+@require_http_methods(["GET", "POST"])
+def session_new(request: HttpRequest) -> HttpResponse:
+    form = AlertForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        session = services.session_create(
+            alert_type=form.alert.alert_type,
+            alert_data=form.alert.data,
+            chain_id=form.alert.chain_id,
+            runbook=form.alert.runbook,
+            author=request.user.get_username(),
+        )
+        return redirect("sessions:detail", session_id=session.id)
+    return render(request, "sessions/new.html", {"form": form}, status=400 if form.errors else 200)
+
+
+def session_detail(request: HttpRequest, session_id) -> HttpResponse:
+    cursor = selectors.latest_event_id()
+    session = get_object_or_404(AlertSession, id=session_id)
+    timeline = selectors.session_timeline(session)
+    streaming = [e.id for e in timeline if e.status == TimelineEventStatus.STREAMING]
+    streamed = selectors.streamed_text(streaming, up_to_event_id=cursor)
+    items = [TimelineItem.from_model(e, streamed.get(e.id, "")) for e in timeline]
+    executions = list(session.executions.all())
+    return render(
+        request,
+        "sessions/detail.html",
+        {
+            "session": session,
+            "items": items,
+            "cursor": cursor,
+            "executions": executions,
+            "uses_demo_provider": any(e.llm_backend == "scripted" for e in executions),
+        },
+    )

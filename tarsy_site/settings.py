@@ -1,0 +1,187 @@
+"""TARSy settings, read from the environment (see README "Configuration")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from tarsy_site.env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("TARSY_DATA_DIR", str(BASE_DIR / "data"))).resolve()
+
+DEBUG = env_bool("DEBUG", default=False)
+SECRET_KEY = env_str("SECRET_KEY")
+if not SECRET_KEY:
+    # A local run gets a random key persisted under the data directory, so logins
+    # survive restarts without anyone having to invent a secret.
+    _key_file = DATA_DIR / "secret_key"
+    if _key_file.exists():
+        SECRET_KEY = _key_file.read_text().strip()
+    else:
+        from django.core.management.utils import get_random_secret_key
+
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        SECRET_KEY = get_random_secret_key()
+        _key_file.write_text(SECRET_KEY)
+        _key_file.chmod(0o600)
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_q",
+    "django_htmx",
+    "llm",
+    "agents",
+    "sessions.apps.SessionsConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "tarsy_site.urls"
+ASGI_APPLICATION = "tarsy_site.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "sessions.context_processors.demo_provider",
+            ],
+        },
+    },
+]
+
+
+def _database() -> dict:
+    url = env_str("DATABASE_URL")
+    if not url:
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        url = f"sqlite:///{DATA_DIR / 'tarsy.sqlite3'}"
+    try:
+        config = dj_database_url.parse(url, conn_max_age=0)
+    except ValueError as exc:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL={url!r} is not understood ({exc}); use sqlite:///path or "
+            "postgres://user:password@host:5432/name"
+        ) from None
+    if config["ENGINE"] == "django.db.backends.sqlite3":
+        # WAL lets readers and the worker's writer proceed together; IMMEDIATE takes the
+        # write lock up front so concurrent read-then-write transactions wait (up to the
+        # timeout) instead of failing with "database is locked".
+        config["OPTIONS"] = {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    elif config["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured(
+            f"DATABASE_URL uses {config['ENGINE']}; TARSy supports sqlite:// and postgres://"
+        )
+    return config
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "sessions:list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+# Without collectstatic (tests, first run) WhiteNoise serves straight from the finders.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# One daphne process: the in-memory layer is enough, because the relay in each daphne
+# process reads the shared event log and fans out locally (the worker never talks to
+# the channel layer).
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels.layers.InMemoryChannelLayer",
+        # Stream chunks arrive in bursts; a full consumer queue would drop them.
+        "CONFIG": {"capacity": 10000, "expiry": 120},
+    }
+}
+
+# The session timeout is enforced inside the task; django-q2's own timeout and retry
+# sit above it so that django-q2 never kills or re-delivers a healthy run (a system
+# check in sessions/checks.py holds this).
+TARSY_SESSION_TIMEOUT = env_float("TARSY_SESSION_TIMEOUT", 40 * 60, minimum=1)
+Q_CLUSTER = {
+    "name": "tarsy",
+    "orm": "default",
+    "workers": env_int("TARSY_WORKERS", 2, minimum=1),
+    "timeout": int(TARSY_SESSION_TIMEOUT + 120),
+    "retry": int(TARSY_SESSION_TIMEOUT + 180),
+    "max_attempts": 1,
+    "catch_up": False,
+    "poll": env_float("TARSY_QUEUE_POLL", 0.1, minimum=0.01),
+    "save_limit": 1000,
+    "ack_failures": True,
+    "label": "Task queue",
+}
+
+TARSY_CONFIG = env_str("TARSY_CONFIG", str(BASE_DIR / "agents" / "tarsy.yaml"))
+TARSY_MAX_ALERT_BYTES = 1024 * 1024
+TARSY_RELAY_POLL_INTERVAL = env_float("TARSY_RELAY_POLL_INTERVAL", 0.02, minimum=0.001)
+TARSY_CATCHUP_LIMIT = env_int("TARSY_CATCHUP_LIMIT", 200, minimum=1)
+TARSY_TRANSIENT_EVENT_TTL = env_float("TARSY_TRANSIENT_EVENT_TTL", 3600, minimum=1)
+TARSY_HEARTBEAT_INTERVAL = env_float("TARSY_HEARTBEAT_INTERVAL", 30, minimum=0.1)
+TARSY_ORPHAN_THRESHOLD = env_float("TARSY_ORPHAN_THRESHOLD", 300, minimum=1)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("TARSY_LOG_LEVEL", "INFO")},
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "django.channels.server": {"level": "WARNING"},
+    },
+}
+
+# Alert data is capped at 1 MiB by TARSy itself (413); Django's own body limit sits
+# well above it so that an oversized alert gets the 413 that names the limit rather
+# than Django's generic 400.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024

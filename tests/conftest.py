@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from llm.models import LLMProvider, ProviderType
+from sessions.auth import api_token_create
+
+
+@pytest.fixture
+def user(db):
+    return get_user_model().objects.create_user("alice", password="s3cret-pass")
+
+
+@pytest.fixture
+def outsider(db):
+    return get_user_model().objects.create_user("mallory", password="s3cret-pass")
+
+
+@pytest.fixture
+def browser_client(user) -> Client:
+    """A logged-in browser that enforces CSRF like a real one."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def api_token(user) -> str:
+    return api_token_create(username=user.username)
+
+
+@pytest.fixture
+def demo_provider(db) -> LLMProvider:
+    return LLMProvider.objects.create(
+        name="demo",
+        type=ProviderType.SCRIPTED,
+        model="demo-investigator",
+        options={"script": "demo", "chunk_delay": 0},
+        is_default=True,
+    )
+
+
+@pytest.fixture
+def write_script(tmp_path: Path):
+    """Write a scripted-provider script and return its path."""
+
+    def write(turns: list[dict], **extra) -> str:
+        path = tmp_path / f"script-{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text(yaml.safe_dump({"chunk_delay": 0, **extra, "turns": turns}))
+        return str(path)
+
+    return write
+
+
+@pytest.fixture
+def scripted_provider(db, write_script):
+    """A default scripted provider replaying the given turns."""
+
+    def make(turns: list[dict], **extra) -> LLMProvider:
+        return LLMProvider.objects.create(
+            name="scripted-test",
+            type=ProviderType.SCRIPTED,
+            model="script",
+            options={"script": write_script(turns, **extra)},
+            is_default=True,
+        )
+
+    return make
