@@ -73,6 +73,8 @@ _relay_task: asyncio.Task | None = None
 def ensure_relay_running() -> None:
     """Start this process's relay on first use, in the server's event loop."""
     global _relay_task
-    if _relay_task is None or _relay_task.done():
+    loop = asyncio.get_running_loop()
+    # A relay from an event loop that has ended (tests run one loop each) is gone.
+    if _relay_task is None or _relay_task.done() or _relay_task.get_loop() is not loop:
         relay = EventRelay(settings.TARSY_RELAY_POLL_INTERVAL)
-        _relay_task = asyncio.get_running_loop().create_task(relay.run(), name="tarsy-event-relay")
+        _relay_task = loop.create_task(relay.run(), name="tarsy-event-relay")

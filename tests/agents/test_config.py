@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agents.config import ConfigError, load_config, validate_references
+
+BASE = {
+    "defaults": {"alert_type": "kubernetes"},
+    "mcp_servers": {
+        "kubernetes": {"transport": {"type": "stdio", "command": "{{.PYTHON}}", "args": ["-m", "x"]}}
+    },
+    "agents": {"KubernetesAgent": {"mcp_servers": ["kubernetes"], "max_iterations": 5}},
+    "agent_chains": {
+        "k8s": {
+            "alert_types": ["kubernetes"],
+            "stages": [{"name": "investigation", "agents": [{"name": "KubernetesAgent"}]}],
+        }
+    },
+}
+
+
+def write(tmp_path: Path, config: dict) -> Path:
+    path = tmp_path / "tarsy.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def with_change(path: list, value) -> dict:
+    import copy
+
+    config = copy.deepcopy(BASE)
+    target = config
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return config
+
+
+def error_for(tmp_path: Path, config: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, config))
+    return str(info.value)
+
+
+def test_the_bundled_config_loads():
+    config = load_config(Path(__file__).parents[2] / "agents" / "tarsy.yaml")
+    assert config.defaults.alert_type == "kubernetes"
+    assert config.chain_for_alert_type("PodCrashLooping").id == "kubernetes-investigation"
+    assert config.mcp_servers["kubernetes"].transport.command == sys.executable
+
+
+def test_a_valid_config_parses_into_typed_objects(tmp_path):
+    config = load_config(write(tmp_path, BASE))
+    chain = config.chains["k8s"]
+    assert chain.stages[0].agents[0].name == "KubernetesAgent"
+    assert config.agents["KubernetesAgent"].mcp_servers == ("kubernetes",)
+    assert config.alert_types == ["kubernetes"]
+
+
+def test_an_unknown_agent_names_file_key_and_the_defined_agents(tmp_path):
+    message = error_for(
+        tmp_path, with_change(["agent_chains", "k8s", "stages"], [{"name": "s", "agents": ["Nope"]}])
+    )
+    assert message == (
+        "tarsy.yaml: agent_chains.k8s.stages[0].agents[0].name: unknown agent 'Nope'; "
+        "defined: KubernetesAgent"
+    )
+
+
+def test_an_unknown_key_lists_the_allowed_keys(tmp_path):
+    message = error_for(
+        tmp_path, with_change(["agents", "KubernetesAgent", "iteration_strategy"], "react")
+    )
+    assert message.startswith("tarsy.yaml: agents.KubernetesAgent.iteration_strategy: unknown key;")
+    assert "custom_instructions" in message and "llm_backend" in message
+
+
+def test_an_unknown_top_level_key_is_rejected(tmp_path):
+    assert "llm_providers: unknown key" in error_for(tmp_path, with_change(["llm_providers"], {}))
+
+
+def test_an_unknown_mcp_server_names_the_defined_ones(tmp_path):
+    message = error_for(tmp_path, with_change(["agents", "KubernetesAgent", "mcp_servers"], ["k8s"]))
+    assert "agents.KubernetesAgent.mcp_servers[0]: unknown MCP server 'k8s'; defined: kubernetes" in message
+
+
+def test_an_unknown_agent_type_lists_the_allowed_types(tmp_path):
+    message = error_for(tmp_path, with_change(["agents", "KubernetesAgent", "type"], "synthesis"))
+    assert "agents.KubernetesAgent.type: unknown agent type 'synthesis'" in message
+
+
+def test_the_default_alert_type_must_have_a_chain(tmp_path):
+    message = error_for(tmp_path, with_change(["defaults", "alert_type"], "database"))
+    assert "defaults.alert_type: no chain handles alert type 'database'; chains handle: kubernetes" in message
+
+
+def test_an_alert_type_belongs_to_one_chain(tmp_path):
+    config = with_change(["agent_chains", "other"], BASE["agent_chains"]["k8s"])
+    assert "already handled by chain 'k8s'" in error_for(tmp_path, config)
+
+
+def test_unsupported_transport_is_named(tmp_path):
+    config = with_change(["mcp_servers", "kubernetes", "transport", "type"], "websocket")
+    assert "unsupported transport 'websocket'; allowed: stdio" in error_for(tmp_path, config)
+
+
+def test_a_missing_environment_variable_is_named(tmp_path, monkeypatch):
+    monkeypatch.delenv("TARSY_TEST_UNSET", raising=False)
+    config = with_change(["mcp_servers", "kubernetes", "transport", "args"], ["{{.TARSY_TEST_UNSET}}"])
+    assert "environment variable TARSY_TEST_UNSET is not set" in error_for(tmp_path, config)
+
+
+def test_environment_variables_are_expanded(tmp_path, monkeypatch):
+    monkeypatch.setenv("TARSY_TEST_ARG", "--read-only")
+    config = with_change(["mcp_servers", "kubernetes", "transport", "args"], ["{{ .TARSY_TEST_ARG }}"])
+    assert load_config(write(tmp_path, config)).mcp_servers["kubernetes"].transport.args == ("--read-only",)
+
+
+@pytest.mark.parametrize("value", [0, -3, "ten", True])
+def test_max_iterations_must_be_a_positive_whole_number(tmp_path, value):
+    message = error_for(tmp_path, with_change(["agents", "KubernetesAgent", "max_iterations"], value))
+    assert "agents.KubernetesAgent.max_iterations: expected a whole number of at least 1" in message
+
+
+def test_several_agents_per_stage_are_refused_for_now(tmp_path):
+    config = with_change(
+        ["agent_chains", "k8s", "stages"],
+        [{"name": "s", "agents": ["KubernetesAgent", "KubernetesAgent"]}],
+    )
+    assert "not supported yet" in error_for(tmp_path, config)
+
+
+def test_broken_yaml_and_missing_file(tmp_path):
+    path = tmp_path / "tarsy.yaml"
+    path.write_text("defaults: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_hierarchy_defaults_agent_chain_stage_stage_agent(tmp_path):
+    config = with_change(["defaults", "max_iterations"], 30)
+    config["defaults"]["llm_provider"] = "from-defaults"
+    config["agent_chains"]["k8s"]["max_iterations"] = 7
+    config["agent_chains"]["k8s"]["llm_backend"] = "langchain"
+    config["agent_chains"]["k8s"]["stages"][0]["agents"][0]["llm_provider"] = "from-stage-agent"
+    loaded = load_config(write(tmp_path, config))
+    chain = loaded.chains["k8s"]
+    resolved = loaded.resolve_agent(chain, chain.stages[0], chain.stages[0].agents[0])
+    assert resolved.max_iterations == 7  # chain beats agent (5) and defaults (30)
+    assert resolved.llm_provider == "from-stage-agent"
+    assert resolved.llm_backend == "langchain"
+    assert resolved.mcp_servers == ("kubernetes",)
+
+
+def test_references_to_providers_and_backends_are_checked(tmp_path):
+    config = with_change(["defaults", "llm_provider"], "gemini")
+    config["agents"]["KubernetesAgent"]["llm_backend"] = "react"
+    problems = validate_references(
+        load_config(write(tmp_path, config)),
+        provider_names={"demo"},
+        has_default_provider=True,
+        backend_names=["google-native", "langchain", "scripted"],
+    )
+    assert problems == [
+        "tarsy.yaml: defaults.llm_provider: unknown provider 'gemini'; enabled providers: demo",
+        "tarsy.yaml: agents.KubernetesAgent.llm_backend: unknown backend 'react'; "
+        "allowed: google-native, langchain, scripted",
+    ]
+
+
+def test_no_provider_at_all_is_a_problem(tmp_path):
+    problems = validate_references(
+        load_config(write(tmp_path, BASE)),
+        provider_names=set(),
+        has_default_provider=False,
+        backend_names=["scripted"],
+    )
+    assert "no LLM provider is marked default" in problems[0]

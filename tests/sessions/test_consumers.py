@@ -1,0 +1,154 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import AnonymousUser
+
+from sessions import services
+from sessions.models import AlertSession, SessionEvent, TimelineEventStatus, TimelineEventType
+from sessions.relay import event_message, session_group
+from sessions.routing import websocket_urlpatterns
+
+# Every consumer test needs a real transaction: the consumer reads from other threads.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CURSOR = re.compile(r'data-last-event-id="(\d+)"')
+
+
+def make_session() -> AlertSession:
+    return AlertSession.objects.create(
+        alert_type="kubernetes", alert_data="d", chain_id="kubernetes-investigation"
+    )
+
+
+async def connect(user, path: str) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path)
+    communicator.scope["user"] = user
+    connected, _ = await communicator.connect()
+    assert connected
+    return communicator
+
+
+async def receive_until_quiet(communicator, timeout: float = 0.5) -> list[str]:
+    # receive_from() kills the application when it times out; receive_nothing() doesn't.
+    messages = []
+    while not await communicator.receive_nothing(timeout=timeout):
+        messages.append(await communicator.receive_from())
+    return messages
+
+
+def ids(messages: list[str]) -> list[int]:
+    return [int(CURSOR.search(m).group(1)) for m in messages]
+
+
+async def test_it_replays_everything_after_the_cursor_in_order(user):
+    session = await sync_to_async(make_session)()
+    thinking = await sync_to_async(services.timeline_event_add)(
+        session=session, event_type=TimelineEventType.LLM_THINKING, status=TimelineEventStatus.STREAMING
+    )
+    cursor = await sync_to_async(lambda: SessionEvent.objects.latest("id").id)()
+    await sync_to_async(services.timeline_event_chunk)(event=thinking, delta="Looking ")
+    await sync_to_async(services.timeline_event_chunk)(event=thinking, delta="<at> pods")
+    await sync_to_async(services.timeline_event_complete)(event=thinking, content="Looking <at> pods")
+    expected = await sync_to_async(
+        lambda: list(SessionEvent.objects.filter(id__gt=cursor).values_list("id", flat=True))
+    )()
+
+    communicator = await connect(user, f"/ws/sessions/{session.id}/")
+    await communicator.send_json_to({"action": "subscribe", "last_event_id": cursor})
+    messages = await receive_until_quiet(communicator)
+    await communicator.disconnect()
+
+    assert ids(messages) == expected
+    assert 'id="stream-' in messages[0] and "Looking " in messages[0]
+    assert "&lt;at&gt; pods" in messages[1]  # chunks are escaped
+    assert 'id="item-' in messages[2] and 'data-status="completed"' in messages[2]
+
+
+async def test_it_sends_live_events_after_the_replay_without_duplicates(user):
+    session = await sync_to_async(make_session)()
+    communicator = await connect(user, f"/ws/sessions/{session.id}/")
+    await communicator.send_json_to({"action": "subscribe", "last_event_id": 0})
+    replayed = await receive_until_quiet(communicator)
+    assert len(replayed) == 0  # session_create's event came from services; this one has none
+
+    item = await sync_to_async(services.timeline_event_add)(
+        session=session, event_type=TimelineEventType.FINAL_ANALYSIS, content="All good"
+    )
+    live = await receive_until_quiet(communicator, timeout=1)
+    assert len(live) == 1
+    assert f'id="item-{item.id}"' in live[0] and "All good" in live[0]
+
+    # The relay (or a second daphne's) delivering an old event again changes nothing.
+    old = await sync_to_async(lambda: SessionEvent.objects.latest("id"))()
+    await get_channel_layer().group_send(
+        session_group(session.id), {"type": "relay.event", "event": event_message(old)}
+    )
+    assert await receive_until_quiet(communicator) == []
+    await communicator.disconnect()
+
+
+async def test_events_of_other_sessions_do_not_leak(user):
+    mine, other = await sync_to_async(make_session)(), await sync_to_async(make_session)()
+    communicator = await connect(user, f"/ws/sessions/{mine.id}/")
+    await communicator.send_json_to({"action": "subscribe", "last_event_id": 0})
+    await sync_to_async(services.timeline_event_add)(
+        session=other, event_type=TimelineEventType.FINAL_ANALYSIS, content="not yours"
+    )
+    assert await receive_until_quiet(communicator, timeout=0.6) == []
+    await communicator.disconnect()
+
+
+async def test_a_long_absence_asks_the_page_to_reload(user, settings):
+    settings.TARSY_CATCHUP_LIMIT = 2
+    session = await sync_to_async(make_session)()
+    for n in range(3):
+        await sync_to_async(services.timeline_event_add)(
+            session=session, event_type=TimelineEventType.LLM_RESPONSE, content=str(n)
+        )
+    communicator = await connect(user, f"/ws/sessions/{session.id}/")
+    await communicator.send_json_to({"action": "subscribe", "last_event_id": 0})
+    message = await communicator.receive_from(timeout=1)
+    assert 'id="live-reload"' in message
+    closed = await communicator.receive_output(timeout=1)
+    assert closed["type"] == "websocket.close"
+
+
+async def test_the_session_list_follows_status_changes(user):
+    communicator = await connect(user, "/ws/sessions/")
+    await communicator.send_json_to({"action": "subscribe", "last_event_id": 0})
+    assert await receive_until_quiet(communicator) == []
+    session = await sync_to_async(services.session_create)(
+        alert_type="kubernetes", alert_data="d", chain_id="kubernetes-investigation", author="alice"
+    )
+    messages = await receive_until_quiet(communicator, timeout=1)
+    assert len(messages) == 1
+    assert f'id="session-row-{session.id}"' in messages[0]
+    assert 'data-status="pending"' in messages[0]
+    await communicator.disconnect()
+
+
+async def test_anonymous_users_are_refused():
+    session = await sync_to_async(make_session)()
+    communicator = WebsocketCommunicator(
+        URLRouter(websocket_urlpatterns), f"/ws/sessions/{session.id}/"
+    )
+    communicator.scope["user"] = AnonymousUser()
+    connected, code = await communicator.connect()
+    assert not connected
+    assert code == 4401
+
+
+async def test_an_unknown_session_is_refused(user):
+    communicator = WebsocketCommunicator(
+        URLRouter(websocket_urlpatterns), "/ws/sessions/00000000-0000-0000-0000-000000000000/"
+    )
+    communicator.scope["user"] = user
+    connected, code = await communicator.connect()
+    assert not connected
+    assert code == 4404
