@@ -1,0 +1,136 @@
+"""The iterating loop, with the scripted backend and the real demo MCP server (stdio)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sessions import services
+from sessions.models import (
+    AlertSession,
+    LLMInteraction,
+    MCPInteraction,
+    Message,
+    SessionEvent,
+    TimelineEvent,
+)
+from sessions.tasks import run_session
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+POD_CALL = {"name": "kubernetes.get_pods", "arguments": {"namespace": "payments"}}
+
+
+def submit(data: str = "namespace: payments") -> AlertSession:
+    return services.session_create(
+        alert_type="kubernetes", alert_data=data, chain_id="kubernetes-investigation", author="t"
+    )
+
+
+def timeline(session: AlertSession) -> list[tuple[str, str]]:
+    return [
+        (e.event_type, e.status) for e in TimelineEvent.objects.filter(session=session).order_by("id")
+    ]
+
+
+def test_it_calls_tools_feeds_results_back_and_concludes(scripted_provider):
+    scripted_provider(
+        [
+            {"thinking": "Check the pods first.", "text": "Listing pods.", "tool_calls": [POD_CALL]},
+            {"thinking": "Enough evidence.", "text": "payments-api is crash-looping."},
+        ]
+    )
+    session = submit()
+    assert run_session(str(session.id)) == "completed"
+    session.refresh_from_db()
+    assert session.status == "completed"
+    assert session.final_analysis == "payments-api is crash-looping."
+    assert timeline(session) == [
+        ("llm_thinking", "completed"),
+        ("llm_response", "completed"),
+        ("llm_tool_call", "completed"),
+        ("llm_thinking", "completed"),
+        ("final_analysis", "completed"),
+    ]
+    tool_item = TimelineEvent.objects.get(session=session, event_type="llm_tool_call")
+    assert tool_item.metadata["tool_name"] == "kubernetes.get_pods"
+    assert tool_item.metadata["arguments"] == {"namespace": "payments"}
+    assert "payments-api" in tool_item.content  # the real server's answer
+
+    roles = list(Message.objects.filter(session=session).values_list("role", flat=True))
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    assistant = Message.objects.filter(session=session, role="assistant").first()
+    tool_message = Message.objects.get(session=session, role="tool")
+    assert tool_message.tool_call_id == assistant.tool_calls[0]["id"]
+    assert tool_message.content == tool_item.content
+
+    interactions = list(LLMInteraction.objects.filter(session=session))
+    assert len(interactions) == 2
+    # The second call saw the tool's result: the conversation is sent whole every turn.
+    assert interactions[1].request_messages[-1]["role"] == "tool"
+    assert interactions[1].request_messages[-1]["content"] == tool_item.content
+    assert interactions[0].tools and "kubernetes.get_pods" in interactions[0].tools
+    assert interactions[0].output_tokens > 0
+    assert MCPInteraction.objects.get(session=session).tool_name == "get_pods"
+
+    # Streamed chunks went through the event log, and completion carried the full text.
+    chunks = SessionEvent.objects.filter(session=session, type="stream.chunk")
+    assert "".join(c.payload["delta"] for c in chunks if c.timeline_event_id == tool_item.id - 1) == "Listing pods."
+    statuses = [
+        e.payload["status"] for e in SessionEvent.objects.filter(session=session, type="session.status")
+    ]
+    assert statuses == ["pending", "in_progress", "completed"]
+
+
+def test_it_forces_a_conclusion_without_tools_at_max_iterations(scripted_provider, settings, tmp_path):
+    config = tmp_path / "tarsy.yaml"
+    original = (settings.BASE_DIR / "agents" / "tarsy.yaml").read_text()
+    config.write_text(original.replace("max_iterations: 20", "max_iterations: 2"))
+    settings.TARSY_CONFIG = str(config)
+    from agents.config import get_config
+
+    get_config.cache_clear()
+    try:
+        scripted_provider(
+            [
+                {"text": "one", "tool_calls": [POD_CALL]},
+                {"text": "two", "tool_calls": [POD_CALL]},
+                {"text": "Concluding from what I have.", "tool_calls": [POD_CALL]},
+            ]
+        )
+        session = submit()
+        run_session(str(session.id))
+    finally:
+        get_config.cache_clear()
+    session.refresh_from_db()
+    assert session.status == "completed"
+    assert session.final_analysis == "Concluding from what I have."
+    last = LLMInteraction.objects.filter(session=session).last()
+    assert last.interaction_type == "forced_conclusion"
+    assert last.tools == []  # no tools offered, so none could be called
+    assert "limit of 2 investigation steps" in last.request_messages[-1]["content"]
+    assert TimelineEvent.objects.filter(session=session, event_type="llm_tool_call").count() == 2
+
+
+def test_an_llm_error_fails_the_session_with_a_readable_item(scripted_provider):
+    scripted_provider([{"text": "Starting", "error": {"code": "rate_limit", "message": "slow down", "retryable": True}}])
+    session = submit()
+    assert run_session(str(session.id)) == "failed"
+    session.refresh_from_db()
+    errors = TimelineEvent.objects.filter(session=session, event_type="error")
+    assert "LLM error [rate_limit]: slow down" in errors.first().content
+    assert "Stage 'investigation' failed" in session.error_message
+
+
+def test_a_tool_error_is_shown_and_fed_back(scripted_provider):
+    scripted_provider(
+        [
+            {"tool_calls": [{"name": "kubernetes.get_pods", "arguments": {"namespace": "nowhere"}}]},
+            {"text": "The namespace does not exist."},
+        ]
+    )
+    session = submit()
+    run_session(str(session.id))
+    item = TimelineEvent.objects.get(session=session, event_type="llm_tool_call")
+    assert item.status == "failed"
+    assert "nowhere" in item.content
+    assert Message.objects.get(session=session, role="tool").content == item.content

@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import pytest
+
+from sessions import services
+from sessions.models import AlertSession, SessionEvent, TimelineEvent
+from sessions.tasks import reap_orphans, run_session
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def submit() -> AlertSession:
+    return services.session_create(
+        alert_type="PodCrashLooping",
+        alert_data="alert: PodCrashLooping\nnamespace: payments",
+        chain_id="kubernetes-investigation",
+        author="t",
+    )
+
+
+def test_the_demo_provider_investigates_the_demo_cluster_for_real(demo_provider):
+    session = submit()
+    assert run_session(str(session.id)) == "completed"
+    session.refresh_from_db()
+    tools = list(
+        TimelineEvent.objects.filter(session=session, event_type="llm_tool_call").values_list(
+            "metadata__tool_name", flat=True
+        )
+    )
+    assert tools[:2] == ["kubernetes.get_pods", "kubernetes.get_events"]
+    assert "kubernetes.get_pod_logs" in tools and "kubernetes.describe_pod" in tools
+    logs = TimelineEvent.objects.get(
+        session=session, event_type="llm_tool_call", metadata__tool_name="kubernetes.get_pod_logs"
+    ).content
+    # The analysis quotes what the logs said: it read the tool results.
+    evidence = [line for line in logs.splitlines() if "ERROR" in line or "FATAL" in line]
+    assert evidence and evidence[-1].strip() in session.final_analysis
+    assert "## Root cause" in session.final_analysis
+
+
+def test_running_a_session_twice_does_nothing_the_second_time(demo_provider):
+    session = submit()
+    assert run_session(str(session.id)) == "completed"
+    events = SessionEvent.objects.filter(session=session).count()
+    assert run_session(str(session.id)) == "skipped"
+    assert SessionEvent.objects.filter(session=session).count() == events
+
+
+def test_a_missing_provider_fails_the_session_with_a_clear_message():
+    session = submit()
+    assert run_session(str(session.id)) == "failed"
+    session.refresh_from_db()
+    assert "No LLM provider is configured" in session.error_message
+    assert TimelineEvent.objects.filter(session=session, event_type="error").exists()
+
+
+def test_orphaned_sessions_are_timed_out(settings):
+    settings.TARSY_ORPHAN_THRESHOLD = 60
+    session = submit()
+    services.session_claim(session_id=session.id, worker_id="dead-worker")
+    AlertSession.objects.filter(id=session.id).update(heartbeat_at="2020-01-01T00:00:00Z")
+    assert reap_orphans() == 1
+    session.refresh_from_db()
+    assert session.status == "timed_out"
+    assert "dead-worker" in TimelineEvent.objects.get(session=session, event_type="error").content
