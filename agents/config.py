@@ -224,9 +224,7 @@ class _Parser:
                     f"unknown MCP server {name!r}; defined: {', '.join(servers) or 'none'}",
                 )
 
-    def parse_agents(
-        self, raw: Any, servers: dict[str, MCPServerConfig]
-    ) -> dict[str, AgentConfig]:
+    def parse_agents(self, raw: Any, servers: dict[str, MCPServerConfig]) -> dict[str, AgentConfig]:
         agents = {}
         for name, body in self.mapping(raw, "agents", set(raw or {})).items():
             key = f"agents.{name}"
@@ -234,7 +232,9 @@ class _Parser:
             agent_type = body.get("type") or ""
             if agent_type not in AGENT_TYPES:
                 allowed = ", ".join(f"{t!r} ({d})" for t, d in AGENT_TYPES.items())
-                raise self.error(f"{key}.type", f"unknown agent type {agent_type!r}; allowed: {allowed}")
+                raise self.error(
+                    f"{key}.type", f"unknown agent type {agent_type!r}; allowed: {allowed}"
+                )
             mcp = self.string_list(body.get("mcp_servers"), f"{key}.mcp_servers")
             self.check_servers(mcp, f"{key}.mcp_servers", servers)
             agents[name] = AgentConfig(
@@ -246,7 +246,9 @@ class _Parser:
                     body.get("custom_instructions"), f"{key}.custom_instructions"
                 )
                 or "",
-                max_iterations=self.positive_int(body.get("max_iterations"), f"{key}.max_iterations"),
+                max_iterations=self.positive_int(
+                    body.get("max_iterations"), f"{key}.max_iterations"
+                ),
                 llm_backend=self.string(body.get("llm_backend"), f"{key}.llm_backend"),
                 llm_provider=self.string(body.get("llm_provider"), f"{key}.llm_provider"),
             )
@@ -287,7 +289,9 @@ class _Parser:
                 description=self.string(body.get("description"), f"{key}.description") or "",
                 llm_provider=self.string(body.get("llm_provider"), f"{key}.llm_provider"),
                 llm_backend=self.string(body.get("llm_backend"), f"{key}.llm_backend"),
-                max_iterations=self.positive_int(body.get("max_iterations"), f"{key}.max_iterations"),
+                max_iterations=self.positive_int(
+                    body.get("max_iterations"), f"{key}.max_iterations"
+                ),
                 mcp_servers=mcp,
             )
         if not chains:
@@ -295,7 +299,11 @@ class _Parser:
         return chains
 
     def parse_stage(
-        self, raw: Any, key: str, agents: dict[str, AgentConfig], servers: dict[str, MCPServerConfig]
+        self,
+        raw: Any,
+        key: str,
+        agents: dict[str, AgentConfig],
+        servers: dict[str, MCPServerConfig],
     ) -> StageConfig:
         body = self.mapping(raw, key, STAGE_KEYS)
         name = self.string(body.get("name"), f"{key}.name", required=True)
@@ -325,7 +333,9 @@ class _Parser:
             stage_agents.append(
                 StageAgentConfig(
                     name=agent_name,
-                    llm_provider=self.string(entry.get("llm_provider"), f"{agent_key}.llm_provider"),
+                    llm_provider=self.string(
+                        entry.get("llm_provider"), f"{agent_key}.llm_provider"
+                    ),
                     llm_backend=self.string(entry.get("llm_backend"), f"{agent_key}.llm_backend"),
                     max_iterations=self.positive_int(
                         entry.get("max_iterations"), f"{agent_key}.max_iterations"

@@ -86,7 +86,9 @@ class IteratingController:
         for iteration in range(1, limit + 1):
             turn = await self._call_llm(run, tools, interaction_type="iteration")
             if turn.error:
-                return AgentResult(ExecutionStatus.FAILED, error=_describe(turn.error), iterations=iteration)
+                return AgentResult(
+                    ExecutionStatus.FAILED, error=_describe(turn.error), iterations=iteration
+                )
             if not turn.tool_calls:
                 return self._conclude(turn, iteration)
             for call in turn.tool_calls:
@@ -95,7 +97,9 @@ class IteratingController:
         await run.recorder.message(run.messages[-1])
         turn = await self._call_llm(run, (), interaction_type="forced_conclusion")
         if turn.error:
-            return AgentResult(ExecutionStatus.FAILED, error=_describe(turn.error), iterations=limit + 1)
+            return AgentResult(
+                ExecutionStatus.FAILED, error=_describe(turn.error), iterations=limit + 1
+            )
         return self._conclude(turn, limit + 1)
 
     @staticmethod
@@ -106,7 +110,9 @@ class IteratingController:
                 error="the model ended its turn without an answer or a tool call",
                 iterations=iterations,
             )
-        return AgentResult(ExecutionStatus.COMPLETED, final_analysis=turn.text, iterations=iterations)
+        return AgentResult(
+            ExecutionStatus.COMPLETED, final_analysis=turn.text, iterations=iterations
+        )
 
     async def _call_llm(
         self, run: AgentRun, tools: tuple[ToolDefinition, ...], *, interaction_type: str

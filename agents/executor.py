@@ -98,12 +98,18 @@ async def _run_chain(session: AlertSession) -> str:
         try:
             result = await _run_stage(config, chain, stage_config, stage, session, previous)
         except BaseException as exc:
-            status = ExecutionStatus.TIMED_OUT if isinstance(exc, TimeoutError) else ExecutionStatus.FAILED
+            status = (
+                ExecutionStatus.TIMED_OUT
+                if isinstance(exc, TimeoutError)
+                else ExecutionStatus.FAILED
+            )
             if isinstance(exc, asyncio.CancelledError):
                 status = ExecutionStatus.CANCELLED
             await db(services.stage_finish)(stage=stage, status=status, error_message=str(exc))
             raise
-        await db(services.stage_finish)(stage=stage, status=result.status, error_message=result.error)
+        await db(services.stage_finish)(
+            stage=stage, status=result.status, error_message=result.error
+        )
         if result.status != ExecutionStatus.COMPLETED:
             raise SessionFailure(f"Stage {stage_config.name!r} failed: {result.error}")
         previous += f"### Stage '{stage_config.name}'\n\n{result.final_analysis}\n\n"

@@ -19,7 +19,9 @@ DEFAULT_NAMESPACE = "payments"
 _NAMESPACE = re.compile(r"namespace[\"']?\s*[:=]\s*[\"']?([a-z0-9][-a-z0-9]*)", re.IGNORECASE)
 _POD_NAME = re.compile(r"\b([a-z0-9]+(?:-[a-z0-9]+)+)\b")
 _FAILING = re.compile(r"CrashLoopBackOff|Error|OOMKilled|ImagePull|Failed", re.IGNORECASE)
-_LOG_PROBLEM = re.compile(r"ERROR|FATAL|CRITICAL|panic|exception|refused|denied|missing", re.IGNORECASE)
+_LOG_PROBLEM = re.compile(
+    r"ERROR|FATAL|CRITICAL|panic|exception|refused|denied|missing", re.IGNORECASE
+)
 
 
 def _namespace(request: GenerateRequest) -> str:
@@ -137,7 +139,8 @@ def _analysis(namespace: str, pod: str | None, results: dict[str, str]) -> str:
     event_lines = [
         line.strip()
         for line in results.get("get_events", "").splitlines()
-        if pod.rsplit("-", 2)[0] in line and re.search(r"warning|back-?off|fail", line, re.IGNORECASE)
+        if pod.rsplit("-", 2)[0] in line
+        and re.search(r"warning|back-?off|fail", line, re.IGNORECASE)
     ][:3]
     cause = log_lines[-1] if log_lines else "the container exits shortly after starting"
     parts = [
@@ -160,4 +163,3 @@ def _analysis(namespace: str, pod: str | None, results: dict[str, str]) -> str:
         "the error above), then restart the deployment and confirm the pods become Ready.",
     ]
     return "\n".join(parts)
-

@@ -60,8 +60,15 @@ class MessageAdmin(ReadOnlyAdmin):
 @admin.register(LLMInteraction)
 class LLMInteractionAdmin(ReadOnlyAdmin):
     list_display = (
-        "id", "session", "provider", "model_name", "interaction_type",
-        "input_tokens", "output_tokens", "duration_ms", "error_code",
+        "id",
+        "session",
+        "provider",
+        "model_name",
+        "interaction_type",
+        "input_tokens",
+        "output_tokens",
+        "duration_ms",
+        "error_code",
     )
     list_filter = ("provider", "backend", "interaction_type")
 

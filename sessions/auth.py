@@ -33,9 +33,7 @@ def api_token_create(*, username: str) -> str:
 
 
 def user_for_token(token: str) -> AbstractBaseUser | None:
-    api_token = (
-        ApiToken.objects.select_related("user").filter(token_hash=_hash(token)).first()
-    )
+    api_token = ApiToken.objects.select_related("user").filter(token_hash=_hash(token)).first()
     if api_token is None or not api_token.user.is_active:
         return None
     ApiToken.objects.filter(pk=api_token.pk).update(last_used_at=timezone.now())

@@ -151,7 +151,5 @@ class SessionListConsumer(_LiveConsumer):
         return await sync_to_async(load)()
 
     async def render(self, event: dict[str, Any]) -> str:
-        session = await sync_to_async(
-            AlertSession.objects.filter(id=event["session_id"]).first
-        )()
+        session = await sync_to_async(AlertSession.objects.filter(id=event["session_id"]).first)()
         return live.list_fragment(session) if session else ""

@@ -28,7 +28,11 @@ class ValidAlert:
 
 
 def validate_alert(
-    *, data: Any, alert_type: Any = None, runbook: Any = None, unknown_fields: set[str] = frozenset()
+    *,
+    data: Any,
+    alert_type: Any = None,
+    runbook: Any = None,
+    unknown_fields: set[str] = frozenset(),
 ) -> ValidAlert:
     if unknown_fields:
         raise AlertRejected(

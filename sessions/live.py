@@ -62,9 +62,7 @@ class TimelineItem:
 
 
 def render_item(item: TimelineItem, *, live: bool = False) -> str:
-    return render_to_string(
-        "sessions/partials/_timeline_item.html", {"item": item, "live": live}
-    )
+    return render_to_string("sessions/partials/_timeline_item.html", {"item": item, "live": live})
 
 
 def cursor_fragment(event_id: int) -> str:
@@ -93,4 +91,6 @@ def session_fragments(event: dict[str, Any], session: AlertSession | None) -> st
 
 def list_fragment(session: AlertSession) -> str:
     """The session's row for the session list page."""
-    return render_to_string("sessions/partials/_session_row.html", {"session": session, "live": True})
+    return render_to_string(
+        "sessions/partials/_session_row.html", {"session": session, "live": True}
+    )

@@ -6,7 +6,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tarsy_site.settings")
 
-from django.core.asgi import get_asgi_application  # noqa: E402
+from django.core.asgi import get_asgi_application
 
 django_application = get_asgi_application()
 

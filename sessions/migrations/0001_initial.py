@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,198 +15,435 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='AlertSession',
+            name="AlertSession",
             fields=[
-                ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
-                ('alert_type', models.CharField(max_length=100)),
-                ('alert_data', models.TextField()),
-                ('runbook', models.TextField(blank=True)),
-                ('chain_id', models.CharField(max_length=100)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('in_progress', 'In Progress'), ('cancelling', 'Cancelling'), ('completed', 'Completed'), ('failed', 'Failed'), ('cancelled', 'Cancelled'), ('timed_out', 'Timed Out')], default='pending', max_length=20)),
-                ('author', models.CharField(blank=True, max_length=150)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('completed_at', models.DateTimeField(blank=True, null=True)),
-                ('final_analysis', models.TextField(blank=True)),
-                ('error_message', models.TextField(blank=True)),
-                ('worker_id', models.CharField(blank=True, max_length=200)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
+                (
+                    "id",
+                    models.UUIDField(
+                        default=uuid.uuid4, editable=False, primary_key=True, serialize=False
+                    ),
+                ),
+                ("alert_type", models.CharField(max_length=100)),
+                ("alert_data", models.TextField()),
+                ("runbook", models.TextField(blank=True)),
+                ("chain_id", models.CharField(max_length=100)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("in_progress", "In Progress"),
+                            ("cancelling", "Cancelling"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                            ("timed_out", "Timed Out"),
+                        ],
+                        default="pending",
+                        max_length=20,
+                    ),
+                ),
+                ("author", models.CharField(blank=True, max_length=150)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("completed_at", models.DateTimeField(blank=True, null=True)),
+                ("final_analysis", models.TextField(blank=True)),
+                ("error_message", models.TextField(blank=True)),
+                ("worker_id", models.CharField(blank=True, max_length=200)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['-created_at'],
-                'indexes': [models.Index(fields=['status', 'created_at'], name='session_status_created'), models.Index(fields=['created_at'], name='session_created'), models.Index(fields=['alert_type'], name='session_alert_type')],
+                "ordering": ["-created_at"],
+                "indexes": [
+                    models.Index(fields=["status", "created_at"], name="session_status_created"),
+                    models.Index(fields=["created_at"], name="session_created"),
+                    models.Index(fields=["alert_type"], name="session_alert_type"),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='AgentExecution',
+            name="AgentExecution",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('agent_name', models.CharField(max_length=200)),
-                ('agent_index', models.PositiveIntegerField(default=1)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('active', 'Active'), ('completed', 'Completed'), ('failed', 'Failed'), ('timed_out', 'Timed Out'), ('cancelled', 'Cancelled')], default='pending', max_length=20)),
-                ('llm_backend', models.CharField(blank=True, max_length=50)),
-                ('llm_provider', models.CharField(blank=True, max_length=100)),
-                ('model_name', models.CharField(blank=True, max_length=200)),
-                ('iterations', models.PositiveIntegerField(default=0)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('completed_at', models.DateTimeField(blank=True, null=True)),
-                ('final_analysis', models.TextField(blank=True)),
-                ('error_message', models.TextField(blank=True)),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='executions', to='alert_sessions.alertsession')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("agent_name", models.CharField(max_length=200)),
+                ("agent_index", models.PositiveIntegerField(default=1)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("active", "Active"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("timed_out", "Timed Out"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="pending",
+                        max_length=20,
+                    ),
+                ),
+                ("llm_backend", models.CharField(blank=True, max_length=50)),
+                ("llm_provider", models.CharField(blank=True, max_length=100)),
+                ("model_name", models.CharField(blank=True, max_length=200)),
+                ("iterations", models.PositiveIntegerField(default=0)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("completed_at", models.DateTimeField(blank=True, null=True)),
+                ("final_analysis", models.TextField(blank=True)),
+                ("error_message", models.TextField(blank=True)),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="executions",
+                        to="alert_sessions.alertsession",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['stage', 'agent_index'],
+                "ordering": ["stage", "agent_index"],
             },
         ),
         migrations.CreateModel(
-            name='ApiToken',
+            name="ApiToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('token_hash', models.CharField(editable=False, max_length=64, unique=True)),
-                ('prefix', models.CharField(editable=False, max_length=12)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_tokens', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("token_hash", models.CharField(editable=False, max_length=64, unique=True)),
+                ("prefix", models.CharField(editable=False, max_length=12)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_tokens",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'API token',
+                "verbose_name": "API token",
             },
         ),
         migrations.CreateModel(
-            name='LLMInteraction',
+            name="LLMInteraction",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('interaction_type', models.CharField(default='iteration', max_length=30)),
-                ('provider', models.CharField(max_length=100)),
-                ('backend', models.CharField(max_length=50)),
-                ('model_name', models.CharField(blank=True, max_length=200)),
-                ('request_messages', models.JSONField(default=list)),
-                ('tools', models.JSONField(blank=True, default=list)),
-                ('response_text', models.TextField(blank=True)),
-                ('thinking', models.TextField(blank=True)),
-                ('tool_calls', models.JSONField(blank=True, default=list)),
-                ('input_tokens', models.PositiveIntegerField(default=0)),
-                ('output_tokens', models.PositiveIntegerField(default=0)),
-                ('thinking_tokens', models.PositiveIntegerField(default=0)),
-                ('total_tokens', models.PositiveIntegerField(default=0)),
-                ('duration_ms', models.PositiveIntegerField(default=0)),
-                ('error_code', models.CharField(blank=True, max_length=50)),
-                ('error_message', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('execution', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='llm_interactions', to='alert_sessions.agentexecution')),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='llm_interactions', to='alert_sessions.alertsession')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("interaction_type", models.CharField(default="iteration", max_length=30)),
+                ("provider", models.CharField(max_length=100)),
+                ("backend", models.CharField(max_length=50)),
+                ("model_name", models.CharField(blank=True, max_length=200)),
+                ("request_messages", models.JSONField(default=list)),
+                ("tools", models.JSONField(blank=True, default=list)),
+                ("response_text", models.TextField(blank=True)),
+                ("thinking", models.TextField(blank=True)),
+                ("tool_calls", models.JSONField(blank=True, default=list)),
+                ("input_tokens", models.PositiveIntegerField(default=0)),
+                ("output_tokens", models.PositiveIntegerField(default=0)),
+                ("thinking_tokens", models.PositiveIntegerField(default=0)),
+                ("total_tokens", models.PositiveIntegerField(default=0)),
+                ("duration_ms", models.PositiveIntegerField(default=0)),
+                ("error_code", models.CharField(blank=True, max_length=50)),
+                ("error_message", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "execution",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="llm_interactions",
+                        to="alert_sessions.agentexecution",
+                    ),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="llm_interactions",
+                        to="alert_sessions.alertsession",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'LLM interaction',
-                'ordering': ['id'],
+                "verbose_name": "LLM interaction",
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='MCPInteraction',
+            name="MCPInteraction",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('interaction_type', models.CharField(default='tool_call', max_length=20)),
-                ('server_name', models.CharField(max_length=100)),
-                ('tool_name', models.CharField(blank=True, max_length=200)),
-                ('arguments', models.JSONField(blank=True, default=dict)),
-                ('result', models.TextField(blank=True)),
-                ('is_error', models.BooleanField(default=False)),
-                ('available_tools', models.JSONField(blank=True, default=list)),
-                ('duration_ms', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('execution', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='mcp_interactions', to='alert_sessions.agentexecution')),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='mcp_interactions', to='alert_sessions.alertsession')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("interaction_type", models.CharField(default="tool_call", max_length=20)),
+                ("server_name", models.CharField(max_length=100)),
+                ("tool_name", models.CharField(blank=True, max_length=200)),
+                ("arguments", models.JSONField(blank=True, default=dict)),
+                ("result", models.TextField(blank=True)),
+                ("is_error", models.BooleanField(default=False)),
+                ("available_tools", models.JSONField(blank=True, default=list)),
+                ("duration_ms", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "execution",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="mcp_interactions",
+                        to="alert_sessions.agentexecution",
+                    ),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="mcp_interactions",
+                        to="alert_sessions.alertsession",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'MCP interaction',
-                'ordering': ['id'],
+                "verbose_name": "MCP interaction",
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='Stage',
+            name="Stage",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('index', models.PositiveIntegerField()),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('active', 'Active'), ('completed', 'Completed'), ('failed', 'Failed'), ('timed_out', 'Timed Out'), ('cancelled', 'Cancelled')], default='pending', max_length=20)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('completed_at', models.DateTimeField(blank=True, null=True)),
-                ('error_message', models.TextField(blank=True)),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='stages', to='alert_sessions.alertsession')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("index", models.PositiveIntegerField()),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("active", "Active"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                            ("timed_out", "Timed Out"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="pending",
+                        max_length=20,
+                    ),
+                ),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("completed_at", models.DateTimeField(blank=True, null=True)),
+                ("error_message", models.TextField(blank=True)),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="stages",
+                        to="alert_sessions.alertsession",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['session', 'index'],
+                "ordering": ["session", "index"],
             },
         ),
         migrations.AddField(
-            model_name='agentexecution',
-            name='stage',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='executions', to='alert_sessions.stage'),
+            model_name="agentexecution",
+            name="stage",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="executions",
+                to="alert_sessions.stage",
+            ),
         ),
         migrations.CreateModel(
-            name='TimelineEvent',
+            name="TimelineEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('sequence_number', models.PositiveIntegerField()),
-                ('event_type', models.CharField(choices=[('llm_thinking', 'Llm Thinking'), ('llm_response', 'Llm Response'), ('llm_tool_call', 'Llm Tool Call'), ('mcp_tool_summary', 'Mcp Tool Summary'), ('code_execution', 'Code Execution'), ('error', 'Error'), ('user_question', 'User Question'), ('final_analysis', 'Final Analysis'), ('executive_summary', 'Executive Summary'), ('provider_fallback', 'Provider Fallback')], max_length=30)),
-                ('status', models.CharField(choices=[('streaming', 'Streaming'), ('completed', 'Completed'), ('failed', 'Failed')], default='completed', max_length=20)),
-                ('content', models.TextField(blank=True)),
-                ('metadata', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('execution', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, to='alert_sessions.agentexecution')),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='timeline', to='alert_sessions.alertsession')),
-                ('stage', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, to='alert_sessions.stage')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("sequence_number", models.PositiveIntegerField()),
+                (
+                    "event_type",
+                    models.CharField(
+                        choices=[
+                            ("llm_thinking", "Llm Thinking"),
+                            ("llm_response", "Llm Response"),
+                            ("llm_tool_call", "Llm Tool Call"),
+                            ("mcp_tool_summary", "Mcp Tool Summary"),
+                            ("code_execution", "Code Execution"),
+                            ("error", "Error"),
+                            ("user_question", "User Question"),
+                            ("final_analysis", "Final Analysis"),
+                            ("executive_summary", "Executive Summary"),
+                            ("provider_fallback", "Provider Fallback"),
+                        ],
+                        max_length=30,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("streaming", "Streaming"),
+                            ("completed", "Completed"),
+                            ("failed", "Failed"),
+                        ],
+                        default="completed",
+                        max_length=20,
+                    ),
+                ),
+                ("content", models.TextField(blank=True)),
+                ("metadata", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "execution",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        to="alert_sessions.agentexecution",
+                    ),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="timeline",
+                        to="alert_sessions.alertsession",
+                    ),
+                ),
+                (
+                    "stage",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        to="alert_sessions.stage",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='Message',
+            name="Message",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('sequence_number', models.PositiveIntegerField()),
-                ('role', models.CharField(choices=[('system', 'System'), ('user', 'User'), ('assistant', 'Assistant'), ('tool', 'Tool')], max_length=20)),
-                ('content', models.TextField(blank=True)),
-                ('tool_calls', models.JSONField(blank=True, default=list)),
-                ('tool_call_id', models.CharField(blank=True, max_length=200)),
-                ('tool_name', models.CharField(blank=True, max_length=300)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('execution', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='messages', to='alert_sessions.agentexecution')),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='messages', to='alert_sessions.alertsession')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("sequence_number", models.PositiveIntegerField()),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[
+                            ("system", "System"),
+                            ("user", "User"),
+                            ("assistant", "Assistant"),
+                            ("tool", "Tool"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("content", models.TextField(blank=True)),
+                ("tool_calls", models.JSONField(blank=True, default=list)),
+                ("tool_call_id", models.CharField(blank=True, max_length=200)),
+                ("tool_name", models.CharField(blank=True, max_length=300)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "execution",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="messages",
+                        to="alert_sessions.agentexecution",
+                    ),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="messages",
+                        to="alert_sessions.alertsession",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['execution', 'sequence_number'],
-                'constraints': [models.UniqueConstraint(fields=('execution', 'sequence_number'), name='message_unique_sequence')],
+                "ordering": ["execution", "sequence_number"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("execution", "sequence_number"), name="message_unique_sequence"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='SessionEvent',
+            name="SessionEvent",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('type', models.CharField(max_length=50)),
-                ('payload', models.JSONField(default=dict)),
-                ('transient', models.BooleanField(default=False)),
-                ('timeline_event_id', models.BigIntegerField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='alert_sessions.alertsession')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("type", models.CharField(max_length=50)),
+                ("payload", models.JSONField(default=dict)),
+                ("transient", models.BooleanField(default=False)),
+                ("timeline_event_id", models.BigIntegerField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="alert_sessions.alertsession",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
-                'indexes': [models.Index(fields=['session', 'id'], name='event_session_id'), models.Index(fields=['timeline_event_id', 'id'], name='event_timeline_chunks'), models.Index(fields=['transient', 'created_at'], name='event_transient_created')],
+                "ordering": ["id"],
+                "indexes": [
+                    models.Index(fields=["session", "id"], name="event_session_id"),
+                    models.Index(fields=["timeline_event_id", "id"], name="event_timeline_chunks"),
+                    models.Index(
+                        fields=["transient", "created_at"], name="event_transient_created"
+                    ),
+                ],
             },
         ),
         migrations.AddConstraint(
-            model_name='stage',
-            constraint=models.UniqueConstraint(fields=('session', 'index'), name='stage_unique_index'),
+            model_name="stage",
+            constraint=models.UniqueConstraint(
+                fields=("session", "index"), name="stage_unique_index"
+            ),
         ),
         migrations.AddIndex(
-            model_name='timelineevent',
-            index=models.Index(fields=['session', 'id'], name='timeline_session_id'),
+            model_name="timelineevent",
+            index=models.Index(fields=["session", "id"], name="timeline_session_id"),
         ),
         migrations.AddConstraint(
-            model_name='timelineevent',
-            constraint=models.UniqueConstraint(fields=('execution', 'sequence_number'), name='timeline_unique_sequence'),
+            model_name="timelineevent",
+            constraint=models.UniqueConstraint(
+                fields=("execution", "sequence_number"), name="timeline_unique_sequence"
+            ),
         ),
     ]

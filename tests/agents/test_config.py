@@ -11,7 +11,9 @@ from agents.config import ConfigError, load_config, validate_references
 BASE = {
     "defaults": {"alert_type": "kubernetes"},
     "mcp_servers": {
-        "kubernetes": {"transport": {"type": "stdio", "command": "{{.PYTHON}}", "args": ["-m", "x"]}}
+        "kubernetes": {
+            "transport": {"type": "stdio", "command": "{{.PYTHON}}", "args": ["-m", "x"]}
+        }
     },
     "agents": {"KubernetesAgent": {"mcp_servers": ["kubernetes"], "max_iterations": 5}},
     "agent_chains": {
@@ -63,7 +65,8 @@ def test_a_valid_config_parses_into_typed_objects(tmp_path):
 
 def test_an_unknown_agent_names_file_key_and_the_defined_agents(tmp_path):
     message = error_for(
-        tmp_path, with_change(["agent_chains", "k8s", "stages"], [{"name": "s", "agents": ["Nope"]}])
+        tmp_path,
+        with_change(["agent_chains", "k8s", "stages"], [{"name": "s", "agents": ["Nope"]}]),
     )
     assert message == (
         "tarsy.yaml: agent_chains.k8s.stages[0].agents[0].name: unknown agent 'Nope'; "
@@ -76,7 +79,8 @@ def test_an_unknown_key_lists_the_allowed_keys(tmp_path):
         tmp_path, with_change(["agents", "KubernetesAgent", "iteration_strategy"], "react")
     )
     assert message.startswith("tarsy.yaml: agents.KubernetesAgent.iteration_strategy: unknown key;")
-    assert "custom_instructions" in message and "llm_backend" in message
+    assert "custom_instructions" in message
+    assert "llm_backend" in message
 
 
 def test_an_unknown_top_level_key_is_rejected(tmp_path):
@@ -84,8 +88,13 @@ def test_an_unknown_top_level_key_is_rejected(tmp_path):
 
 
 def test_an_unknown_mcp_server_names_the_defined_ones(tmp_path):
-    message = error_for(tmp_path, with_change(["agents", "KubernetesAgent", "mcp_servers"], ["k8s"]))
-    assert "agents.KubernetesAgent.mcp_servers[0]: unknown MCP server 'k8s'; defined: kubernetes" in message
+    message = error_for(
+        tmp_path, with_change(["agents", "KubernetesAgent", "mcp_servers"], ["k8s"])
+    )
+    assert (
+        "agents.KubernetesAgent.mcp_servers[0]: unknown MCP server 'k8s'; defined: kubernetes"
+        in message
+    )
 
 
 def test_an_unknown_agent_type_lists_the_allowed_types(tmp_path):
@@ -95,7 +104,10 @@ def test_an_unknown_agent_type_lists_the_allowed_types(tmp_path):
 
 def test_the_default_alert_type_must_have_a_chain(tmp_path):
     message = error_for(tmp_path, with_change(["defaults", "alert_type"], "database"))
-    assert "defaults.alert_type: no chain handles alert type 'database'; chains handle: kubernetes" in message
+    assert (
+        "defaults.alert_type: no chain handles alert type 'database'; chains handle: kubernetes"
+        in message
+    )
 
 
 def test_an_alert_type_belongs_to_one_chain(tmp_path):
@@ -110,19 +122,27 @@ def test_unsupported_transport_is_named(tmp_path):
 
 def test_a_missing_environment_variable_is_named(tmp_path, monkeypatch):
     monkeypatch.delenv("TARSY_TEST_UNSET", raising=False)
-    config = with_change(["mcp_servers", "kubernetes", "transport", "args"], ["{{.TARSY_TEST_UNSET}}"])
+    config = with_change(
+        ["mcp_servers", "kubernetes", "transport", "args"], ["{{.TARSY_TEST_UNSET}}"]
+    )
     assert "environment variable TARSY_TEST_UNSET is not set" in error_for(tmp_path, config)
 
 
 def test_environment_variables_are_expanded(tmp_path, monkeypatch):
     monkeypatch.setenv("TARSY_TEST_ARG", "--read-only")
-    config = with_change(["mcp_servers", "kubernetes", "transport", "args"], ["{{ .TARSY_TEST_ARG }}"])
-    assert load_config(write(tmp_path, config)).mcp_servers["kubernetes"].transport.args == ("--read-only",)
+    config = with_change(
+        ["mcp_servers", "kubernetes", "transport", "args"], ["{{ .TARSY_TEST_ARG }}"]
+    )
+    assert load_config(write(tmp_path, config)).mcp_servers["kubernetes"].transport.args == (
+        "--read-only",
+    )
 
 
 @pytest.mark.parametrize("value", [0, -3, "ten", True])
 def test_max_iterations_must_be_a_positive_whole_number(tmp_path, value):
-    message = error_for(tmp_path, with_change(["agents", "KubernetesAgent", "max_iterations"], value))
+    message = error_for(
+        tmp_path, with_change(["agents", "KubernetesAgent", "max_iterations"], value)
+    )
     assert "agents.KubernetesAgent.max_iterations: expected a whole number of at least 1" in message
 
 

@@ -28,14 +28,19 @@ def submit(data: str = "namespace: payments") -> AlertSession:
 
 def timeline(session: AlertSession) -> list[tuple[str, str]]:
     return [
-        (e.event_type, e.status) for e in TimelineEvent.objects.filter(session=session).order_by("id")
+        (e.event_type, e.status)
+        for e in TimelineEvent.objects.filter(session=session).order_by("id")
     ]
 
 
 def test_it_calls_tools_feeds_results_back_and_concludes(scripted_provider):
     scripted_provider(
         [
-            {"thinking": "Check the pods first.", "text": "Listing pods.", "tool_calls": [POD_CALL]},
+            {
+                "thinking": "Check the pods first.",
+                "text": "Listing pods.",
+                "tool_calls": [POD_CALL],
+            },
             {"thinking": "Enough evidence.", "text": "payments-api is crash-looping."},
         ]
     )
@@ -68,20 +73,27 @@ def test_it_calls_tools_feeds_results_back_and_concludes(scripted_provider):
     # The second call saw the tool's result: the conversation is sent whole every turn.
     assert interactions[1].request_messages[-1]["role"] == "tool"
     assert interactions[1].request_messages[-1]["content"] == tool_item.content
-    assert interactions[0].tools and "kubernetes.get_pods" in interactions[0].tools
+    assert interactions[0].tools
+    assert "kubernetes.get_pods" in interactions[0].tools
     assert interactions[0].output_tokens > 0
     assert MCPInteraction.objects.get(session=session).tool_name == "get_pods"
 
     # Streamed chunks went through the event log, and completion carried the full text.
     chunks = SessionEvent.objects.filter(session=session, type="stream.chunk")
-    assert "".join(c.payload["delta"] for c in chunks if c.timeline_event_id == tool_item.id - 1) == "Listing pods."
+    assert (
+        "".join(c.payload["delta"] for c in chunks if c.timeline_event_id == tool_item.id - 1)
+        == "Listing pods."
+    )
     statuses = [
-        e.payload["status"] for e in SessionEvent.objects.filter(session=session, type="session.status")
+        e.payload["status"]
+        for e in SessionEvent.objects.filter(session=session, type="session.status")
     ]
     assert statuses == ["pending", "in_progress", "completed"]
 
 
-def test_it_forces_a_conclusion_without_tools_at_max_iterations(scripted_provider, settings, tmp_path):
+def test_it_forces_a_conclusion_without_tools_at_max_iterations(
+    scripted_provider, settings, tmp_path
+):
     config = tmp_path / "tarsy.yaml"
     original = (settings.BASE_DIR / "agents" / "tarsy.yaml").read_text()
     config.write_text(original.replace("max_iterations: 20", "max_iterations: 2"))
@@ -112,7 +124,14 @@ def test_it_forces_a_conclusion_without_tools_at_max_iterations(scripted_provide
 
 
 def test_an_llm_error_fails_the_session_with_a_readable_item(scripted_provider):
-    scripted_provider([{"text": "Starting", "error": {"code": "rate_limit", "message": "slow down", "retryable": True}}])
+    scripted_provider(
+        [
+            {
+                "text": "Starting",
+                "error": {"code": "rate_limit", "message": "slow down", "retryable": True},
+            }
+        ]
+    )
     session = submit()
     assert run_session(str(session.id)) == "failed"
     session.refresh_from_db()
@@ -124,7 +143,11 @@ def test_an_llm_error_fails_the_session_with_a_readable_item(scripted_provider):
 def test_a_tool_error_is_shown_and_fed_back(scripted_provider):
     scripted_provider(
         [
-            {"tool_calls": [{"name": "kubernetes.get_pods", "arguments": {"namespace": "nowhere"}}]},
+            {
+                "tool_calls": [
+                    {"name": "kubernetes.get_pods", "arguments": {"namespace": "nowhere"}}
+                ]
+            },
             {"text": "The namespace does not exist."},
         ]
     )

@@ -64,7 +64,9 @@ class Deployment:
             timeout=120,
         )
         if result.returncode != 0:
-            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+            raise RuntimeError(
+                f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+            )
         return result.stdout
 
     def log_tail(self, lines: int = 60) -> str:
@@ -106,7 +108,16 @@ def deployment(
     dep.manage("migrate", "--no-input", "-v0")
     dep.manage("shell", "-c", _provider_setup_code(provider))
     commands = {
-        "daphne": [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "tarsy_site.asgi:application"],
+        "daphne": [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "tarsy_site.asgi:application",
+        ],
         "qcluster": [sys.executable, "manage.py", "qcluster"],
     }
     try:
@@ -142,10 +153,12 @@ def _wait_for_health(dep: Deployment, timeout: float = 60) -> None:
         for process in dep.processes:
             if process.poll() is not None:
                 raise RuntimeError(f"a TARSy process exited early:\n{dep.log_tail()}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(f"{dep.base_url}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(f"{dep.base_url}/health", timeout=2) as response,
+        ):
+            if response.status == 200:
+                return
         time.sleep(0.2)
     raise RuntimeError(f"TARSy did not become healthy in {timeout} s:\n{dep.log_tail()}")
 

@@ -51,12 +51,14 @@ def test_an_alert_submitted_in_the_form_streams_live_to_its_final_analysis(tmp_p
 
             page.wait_for_selector('#session-status[data-status="completed"]', timeout=60_000)
             final = page.text_content("#timeline .item.final_analysis")
-            assert "payments-api" in final and "Root cause" in final
+            assert "payments-api" in final
+            assert "Root cause" in final
 
             tool_calls = page.locator("#timeline .item.llm_tool_call")
             assert tool_calls.count() >= 3
             names = " ".join(tool_calls.locator(".tool-name").all_text_contents())
-            assert "kubernetes.get_pods" in names and "kubernetes.get_pod_logs" in names
+            assert "kubernetes.get_pods" in names
+            assert "kubernetes.get_pod_logs" in names
             assert page.locator('#timeline .item[data-status="streaming"]').count() == 0
 
             # What arrived live is exactly what a fresh render shows.

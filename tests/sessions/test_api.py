@@ -135,7 +135,11 @@ def test_only_the_token_hash_is_stored(api_token):
 
 
 def make_session(**fields) -> AlertSession:
-    defaults = {"alert_type": "kubernetes", "alert_data": "d", "chain_id": "kubernetes-investigation"}
+    defaults = {
+        "alert_type": "kubernetes",
+        "alert_data": "d",
+        "chain_id": "kubernetes-investigation",
+    }
     return AlertSession.objects.create(**{**defaults, **fields})
 
 
@@ -153,7 +157,11 @@ def test_session_list_paginates_and_filters(client, api_token):
 
 @pytest.mark.parametrize(
     ("query", "message"),
-    [("page_size=500", "page_size must be between 1 and 100"), ("page=x", "page must be a whole number"), ("status=done", "unknown status done")],
+    [
+        ("page_size=500", "page_size must be between 1 and 100"),
+        ("page=x", "page must be a whole number"),
+        ("status=done", "unknown status done"),
+    ],
 )
 def test_session_list_rejects_bad_parameters(client, api_token, query, message):
     response = client.get(f"/api/v1/sessions?{query}", HTTP_AUTHORIZATION=f"Bearer {api_token}")
@@ -196,5 +204,6 @@ def test_create_api_token_prints_only_the_token(db, capsys):
 
     call_command("create_api_token", "bot")
     printed = capsys.readouterr().out.strip()
-    assert printed.startswith("tarsy_") and "\n" not in printed
+    assert printed.startswith("tarsy_")
+    assert "\n" not in printed
     assert user_for_token(printed).username == "bot"

@@ -34,10 +34,10 @@ async def connect(user, path: str) -> WebsocketCommunicator:
     return communicator
 
 
-async def receive_until_quiet(communicator, timeout: float = 0.5) -> list[str]:
+async def receive_until_quiet(communicator, quiet_for: float = 0.5) -> list[str]:
     # receive_from() kills the application when it times out; receive_nothing() doesn't.
     messages = []
-    while not await communicator.receive_nothing(timeout=timeout):
+    while not await communicator.receive_nothing(timeout=quiet_for):
         messages.append(await communicator.receive_from())
     return messages
 
@@ -49,12 +49,16 @@ def ids(messages: list[str]) -> list[int]:
 async def test_it_replays_everything_after_the_cursor_in_order(user):
     session = await sync_to_async(make_session)()
     thinking = await sync_to_async(services.timeline_event_add)(
-        session=session, event_type=TimelineEventType.LLM_THINKING, status=TimelineEventStatus.STREAMING
+        session=session,
+        event_type=TimelineEventType.LLM_THINKING,
+        status=TimelineEventStatus.STREAMING,
     )
     cursor = await sync_to_async(lambda: SessionEvent.objects.latest("id").id)()
     await sync_to_async(services.timeline_event_chunk)(event=thinking, delta="Looking ")
     await sync_to_async(services.timeline_event_chunk)(event=thinking, delta="<at> pods")
-    await sync_to_async(services.timeline_event_complete)(event=thinking, content="Looking <at> pods")
+    await sync_to_async(services.timeline_event_complete)(
+        event=thinking, content="Looking <at> pods"
+    )
     expected = await sync_to_async(
         lambda: list(SessionEvent.objects.filter(id__gt=cursor).values_list("id", flat=True))
     )()
@@ -65,9 +69,11 @@ async def test_it_replays_everything_after_the_cursor_in_order(user):
     await communicator.disconnect()
 
     assert ids(messages) == expected
-    assert 'id="stream-' in messages[0] and "Looking " in messages[0]
+    assert 'id="stream-' in messages[0]
+    assert "Looking " in messages[0]
     assert "&lt;at&gt; pods" in messages[1]  # chunks are escaped
-    assert 'id="item-' in messages[2] and 'data-status="completed"' in messages[2]
+    assert 'id="item-' in messages[2]
+    assert 'data-status="completed"' in messages[2]
 
 
 async def test_it_sends_live_events_after_the_replay_without_duplicates(user):
@@ -80,9 +86,10 @@ async def test_it_sends_live_events_after_the_replay_without_duplicates(user):
     item = await sync_to_async(services.timeline_event_add)(
         session=session, event_type=TimelineEventType.FINAL_ANALYSIS, content="All good"
     )
-    live = await receive_until_quiet(communicator, timeout=1)
+    live = await receive_until_quiet(communicator, quiet_for=1)
     assert len(live) == 1
-    assert f'id="item-{item.id}"' in live[0] and "All good" in live[0]
+    assert f'id="item-{item.id}"' in live[0]
+    assert "All good" in live[0]
 
     # The relay (or a second daphne's) delivering an old event again changes nothing.
     old = await sync_to_async(lambda: SessionEvent.objects.latest("id"))()
@@ -100,7 +107,7 @@ async def test_events_of_other_sessions_do_not_leak(user):
     await sync_to_async(services.timeline_event_add)(
         session=other, event_type=TimelineEventType.FINAL_ANALYSIS, content="not yours"
     )
-    assert await receive_until_quiet(communicator, timeout=0.6) == []
+    assert await receive_until_quiet(communicator, quiet_for=0.6) == []
     await communicator.disconnect()
 
 
@@ -126,7 +133,7 @@ async def test_the_session_list_follows_status_changes(user):
     session = await sync_to_async(services.session_create)(
         alert_type="kubernetes", alert_data="d", chain_id="kubernetes-investigation", author="alice"
     )
-    messages = await receive_until_quiet(communicator, timeout=1)
+    messages = await receive_until_quiet(communicator, quiet_for=1)
     assert len(messages) == 1
     assert f'id="session-row-{session.id}"' in messages[0]
     assert 'data-status="pending"' in messages[0]

@@ -28,13 +28,15 @@ def test_the_demo_provider_investigates_the_demo_cluster_for_real(demo_provider)
         )
     )
     assert tools[:2] == ["kubernetes.get_pods", "kubernetes.get_events"]
-    assert "kubernetes.get_pod_logs" in tools and "kubernetes.describe_pod" in tools
+    assert "kubernetes.get_pod_logs" in tools
+    assert "kubernetes.describe_pod" in tools
     logs = TimelineEvent.objects.get(
         session=session, event_type="llm_tool_call", metadata__tool_name="kubernetes.get_pod_logs"
     ).content
     # The analysis quotes what the logs said: it read the tool results.
     evidence = [line for line in logs.splitlines() if "ERROR" in line or "FATAL" in line]
-    assert evidence and evidence[-1].strip() in session.final_analysis
+    assert evidence
+    assert evidence[-1].strip() in session.final_analysis
     assert "## Root cause" in session.final_analysis
 
 

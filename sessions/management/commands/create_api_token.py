@@ -6,7 +6,9 @@ from sessions.auth import api_token_create
 
 
 class Command(BaseCommand):
-    help = "Create an API token for USERNAME (the user is created if needed); prints only the token."
+    help = (
+        "Create an API token for USERNAME (the user is created if needed); prints only the token."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("username")

@@ -34,9 +34,7 @@ class Command(BaseCommand):
         password_file = settings.DATA_DIR / "admin-password.txt"
         if users.objects.filter(is_superuser=True).exists():
             if password_file.exists():
-                self.stdout.write(
-                    f"Log in as 'admin' with the password in {password_file}"
-                )
+                self.stdout.write(f"Log in as 'admin' with the password in {password_file}")
             else:
                 self.stdout.write("Log in with your existing admin account.")
             return
