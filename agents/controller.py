@@ -82,6 +82,7 @@ class IteratingController:
         for message in run.messages:
             await run.recorder.message(message)
         tools = tuple(await run.tools.list_tools())
+        await self._record_tool_list(run, tools)
         limit = run.agent.max_iterations
         for iteration in range(1, limit + 1):
             turn = await self._call_llm(run, tools, interaction_type="iteration")
@@ -200,6 +201,17 @@ class IteratingController:
             error_message=turn.error.message if turn.error else "",
         )
         return turn
+
+    @staticmethod
+    async def _record_tool_list(run: AgentRun, tools: tuple[ToolDefinition, ...]) -> None:
+        by_server: dict[str, list[str]] = {}
+        for tool in tools:
+            server, _, name = tool.name.partition(".")
+            by_server.setdefault(server, []).append(name)
+        for server, names in by_server.items():
+            await run.recorder.mcp_interaction(
+                interaction_type="tool_list", server_name=server, available_tools=names
+            )
 
     async def _run_tool(self, run: AgentRun, call: ToolCall) -> None:
         server, _, tool = call.name.partition(".")

@@ -12,9 +12,10 @@ from django.conf import settings
 from agents.config import get_config
 from agents.config_types import ChainConfig, ResolvedAgentConfig, StageConfig, TarsyConfig
 from agents.controller import AgentResult, AgentRun, IteratingController
-from agents.mcp_client import MCPClientPool, MCPServerError
+from agents.mcp_client import MCPServerError
 from agents.prompts import initial_messages
 from agents.recorder import Recorder, db
+from agents.toolbox import ToolBox
 from llm.models import BACKENDS_FOR_TYPE, LLMProvider
 from llm.registry import get_backend
 from sessions import services
@@ -138,7 +139,7 @@ async def _run_stage(
     servers = {name: config.mcp_servers[name] for name in agent.mcp_servers}
     result = AgentResult(ExecutionStatus.FAILED, error="not started")
     try:
-        async with MCPClientPool(servers) as tools:
+        async with ToolBox(servers) as tools:
             run = AgentRun(
                 agent=agent,
                 provider=get_backend(provider.backend),

@@ -76,7 +76,12 @@ def test_it_calls_tools_feeds_results_back_and_concludes(scripted_provider):
     assert interactions[0].tools
     assert "kubernetes.get_pods" in interactions[0].tools
     assert interactions[0].output_tokens > 0
-    assert MCPInteraction.objects.get(session=session).tool_name == "get_pods"
+    assert (
+        MCPInteraction.objects.get(session=session, interaction_type="tool_call").tool_name
+        == "get_pods"
+    )
+    listing = MCPInteraction.objects.get(session=session, interaction_type="tool_list")
+    assert "get_pod_logs" in listing.available_tools
 
     # Streamed chunks went through the event log, and completion carried the full text.
     chunks = SessionEvent.objects.filter(session=session, type="stream.chunk")

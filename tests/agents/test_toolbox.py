@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from agents import toolbox
+from agents.config_types import MCPServerConfig, StdioTransport
+from agents.mcp_client import MCPServerError
+from agents.toolbox import ToolBox
+
+DEMO = {
+    "kubernetes": MCPServerConfig(
+        "kubernetes", StdioTransport(sys.executable, ("-m", "agents.demo_mcp"))
+    )
+}
+
+
+@pytest.fixture(autouse=True)
+def empty_catalog(monkeypatch):
+    monkeypatch.setattr(toolbox, "_CATALOG", {})
+
+
+async def test_the_first_listing_waits_for_the_servers():
+    async with ToolBox(DEMO) as tools:
+        names = [t.name for t in await tools.list_tools()]
+        assert not tools.listed_from_catalog
+    assert "kubernetes.get_pods" in names
+
+
+async def test_a_known_server_set_lists_at_once_and_calls_still_reach_the_server():
+    async with ToolBox(DEMO) as tools:
+        await tools.list_tools()
+    async with ToolBox(DEMO) as tools:
+        started = time.monotonic()
+        names = [t.name for t in await tools.list_tools()]
+        assert time.monotonic() - started < 0.2  # the server is still importing the SDK
+        assert tools.listed_from_catalog
+        result = await tools.call_tool("kubernetes.get_pods", {"namespace": "payments"})
+    assert "kubernetes.get_pods" in names
+    assert not result.is_error
+    assert "payments-api" in result.content
+
+
+async def test_a_server_that_cannot_start_fails_the_first_call():
+    broken = {"k8s": MCPServerConfig("k8s", StdioTransport("/nonexistent/mcp-server"))}
+    async with ToolBox(broken) as tools:
+        with pytest.raises(MCPServerError, match=r"'k8s'.*/nonexistent/mcp-server"):
+            await tools.list_tools()
+
+
+async def test_leaving_before_the_servers_are_up_stops_them():
+    async with ToolBox(DEMO):
+        pass  # cancelled mid-start; must not hang or leak
