@@ -20,8 +20,11 @@ _NAMESPACE = re.compile(r"namespace[\"']?\s*[:=]\s*[\"']?([a-z0-9][-a-z0-9]*)", 
 _POD_NAME = re.compile(r"\b([a-z0-9]+(?:-[a-z0-9]+)+)\b")
 _FAILING = re.compile(r"CrashLoopBackOff|Error|OOMKilled|ImagePull|Failed", re.IGNORECASE)
 _LOG_PROBLEM = re.compile(
-    r"ERROR|FATAL|CRITICAL|panic|exception|refused|denied|missing", re.IGNORECASE
+    r"\b(WARN|ERROR|FATAL|CRITICAL)\b|panic|refused|denied|not set|missing", re.IGNORECASE
 )
+# A line saying something is absent names a cause; the errors after it are symptoms.
+_CAUSE = re.compile(r"not set|missing|not found|no such|denied", re.IGNORECASE)
+_TRACEBACK = re.compile(r"^(Traceback|File |raise |\s)")
 
 
 def _namespace(request: GenerateRequest) -> str:
@@ -67,8 +70,13 @@ def _tool(request: GenerateRequest, short_name: str) -> str | None:
 
 
 def _evidence(text: str, limit: int = 4) -> list[str]:
-    lines = [line.strip() for line in text.splitlines() if _LOG_PROBLEM.search(line)]
-    return lines[-limit:]
+    lines = [
+        line.strip()
+        for line in text.splitlines()
+        if _LOG_PROBLEM.search(line) and not _TRACEBACK.match(line)
+    ]
+    causes = [line for line in lines if _CAUSE.search(line)]
+    return causes[:1] + [line for line in lines if line not in causes][-(limit - 1) :]
 
 
 def demo_turn(request: GenerateRequest) -> ScriptTurn:
@@ -142,7 +150,7 @@ def _analysis(namespace: str, pod: str | None, results: dict[str, str]) -> str:
         if pod.rsplit("-", 2)[0] in line
         and re.search(r"warning|back-?off|fail", line, re.IGNORECASE)
     ][:3]
-    cause = log_lines[-1] if log_lines else "the container exits shortly after starting"
+    cause = log_lines[0] if log_lines else "the container exits shortly after starting"
     parts = [
         "## Summary",
         f"Pod `{pod}` in namespace `{namespace}` is crash-looping: its container starts, "

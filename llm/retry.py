@@ -22,6 +22,7 @@ from llm.errors import (
     retry_after_seconds,
 )
 from llm.types import (
+    CodeExecutionDelta,
     Delta,
     ErrorInfo,
     GroundingInfo,
@@ -49,7 +50,9 @@ class RetryPolicy:
 
 DEFAULT_POLICY = RetryPolicy()
 
-_CONTENT = (TextDelta, ThinkingDelta, ToolCallDelta)
+# What reaches the caller and cannot be taken back. Code execution counts: a retry
+# after it would show the model's code and output twice.
+_CONTENT = (TextDelta, ThinkingDelta, ToolCallDelta, CodeExecutionDelta)
 
 
 async def stream_with_retries(
@@ -64,20 +67,26 @@ async def stream_with_retries(
         yielded_content = False
         held: list[Delta] = []  # usage/grounding held back until we know the attempt counted
         try:
-            async for delta in attempt():
-                if isinstance(delta, ErrorInfo):
-                    yield delta
-                    return
-                if isinstance(delta, _CONTENT):
-                    yielded_content = True
-                    for item in held:
-                        yield item
-                    held.clear()
-                    yield delta
-                elif isinstance(delta, UsageInfo | GroundingInfo) and not yielded_content:
-                    held.append(delta)
-                else:
-                    yield delta
+            stream = attempt()
+            try:
+                async for delta in stream:
+                    if isinstance(delta, ErrorInfo):
+                        yield delta
+                        return
+                    if isinstance(delta, _CONTENT):
+                        yielded_content = True
+                        for item in held:
+                            yield item
+                        held.clear()
+                        yield delta
+                    elif isinstance(delta, UsageInfo | GroundingInfo) and not yielded_content:
+                        held.append(delta)
+                    else:
+                        yield delta
+            finally:
+                # When the caller stops early (or an ErrorInfo ends the turn) the attempt's
+                # HTTP stream is closed now, not whenever the generator is collected.
+                await _aclose(stream)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -113,3 +122,9 @@ async def stream_with_retries(
         failures[EMPTY_RESPONSE] = count + 1
         logger.warning("%s: empty response (attempt %d), retrying", label, count + 1)
         await sleep(policy.empty_response_delay)
+
+
+async def _aclose(stream: AsyncIterator[Delta]) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()

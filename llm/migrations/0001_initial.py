@@ -4,35 +4,107 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='LLMProvider',
+            name="LLMProvider",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(help_text='Referenced by tarsy.yaml.', max_length=100, unique=True)),
-                ('type', models.CharField(choices=[('scripted', 'Scripted (demo and tests)'), ('google', 'Google Gemini'), ('openai', 'OpenAI or OpenAI-compatible'), ('anthropic', 'Anthropic'), ('xai', 'xAI'), ('vertexai', 'Google Vertex AI')], max_length=20)),
-                ('model', models.CharField(blank=True, max_length=200)),
-                ('api_key_env', models.CharField(blank=True, help_text='Name of the environment variable that holds the API key (never the key).', max_length=100, verbose_name='API key variable')),
-                ('base_url', models.URLField(blank=True, help_text='For OpenAI-compatible servers (vLLM, Ollama…).', max_length=500)),
-                ('project_env', models.CharField(blank=True, help_text='Vertex AI project variable.', max_length=100)),
-                ('location_env', models.CharField(blank=True, help_text='Vertex AI location variable.', max_length=100)),
-                ('native_tools', models.JSONField(blank=True, default=list, help_text='Gemini native tools, e.g. ["google_search"].')),
-                ('options', models.JSONField(blank=True, default=dict, help_text='Backend options, e.g. a script path for scripted.')),
-                ('enabled', models.BooleanField(default=True)),
-                ('is_default', models.BooleanField(default=False, help_text='Used when tarsy.yaml names no provider. At most one.')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.SlugField(
+                        help_text="Referenced by tarsy.yaml.", max_length=100, unique=True
+                    ),
+                ),
+                (
+                    "type",
+                    models.CharField(
+                        choices=[
+                            ("scripted", "Scripted (demo and tests)"),
+                            ("google", "Google Gemini"),
+                            ("openai", "OpenAI or OpenAI-compatible"),
+                            ("anthropic", "Anthropic"),
+                            ("xai", "xAI"),
+                            ("vertexai", "Google Vertex AI"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("model", models.CharField(blank=True, max_length=200)),
+                (
+                    "api_key_env",
+                    models.CharField(
+                        blank=True,
+                        help_text="Name of the environment variable that holds the API key (never the key).",
+                        max_length=100,
+                        verbose_name="API key variable",
+                    ),
+                ),
+                (
+                    "base_url",
+                    models.URLField(
+                        blank=True,
+                        help_text="For OpenAI-compatible servers (vLLM, Ollama…).",
+                        max_length=500,
+                    ),
+                ),
+                (
+                    "project_env",
+                    models.CharField(
+                        blank=True, help_text="Vertex AI project variable.", max_length=100
+                    ),
+                ),
+                (
+                    "location_env",
+                    models.CharField(
+                        blank=True, help_text="Vertex AI location variable.", max_length=100
+                    ),
+                ),
+                (
+                    "native_tools",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text='Gemini native tools, e.g. ["google_search"].',
+                    ),
+                ),
+                (
+                    "options",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="Backend options, e.g. a script path for scripted.",
+                    ),
+                ),
+                ("enabled", models.BooleanField(default=True)),
+                (
+                    "is_default",
+                    models.BooleanField(
+                        default=False,
+                        help_text="Used when tarsy.yaml names no provider. At most one.",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'verbose_name': 'LLM provider',
-                'ordering': ['name'],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('is_default', True)), fields=('is_default',), name='llm_one_default_provider')],
+                "verbose_name": "LLM provider",
+                "ordering": ["name"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("is_default", True)),
+                        fields=("is_default",),
+                        name="llm_one_default_provider",
+                    )
+                ],
             },
         ),
     ]

@@ -34,9 +34,11 @@ def test_the_demo_provider_investigates_the_demo_cluster_for_real(demo_provider)
         session=session, event_type="llm_tool_call", metadata__tool_name="kubernetes.get_pod_logs"
     ).content
     # The analysis quotes what the logs said: it read the tool results.
-    evidence = [line for line in logs.splitlines() if "ERROR" in line or "FATAL" in line]
-    assert evidence
-    assert evidence[-1].strip() in session.final_analysis
+    cause = next(line.strip() for line in logs.splitlines() if "is not set" in line)
+    root_cause = session.final_analysis.split("## Root cause", 1)[1]
+    assert cause in root_cause
+    crit = next(line.strip() for line in logs.splitlines() if "CRITICAL" in line)
+    assert crit in session.final_analysis
     assert "## Root cause" in session.final_analysis
 
 

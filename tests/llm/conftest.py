@@ -1,0 +1,20 @@
+"""Shared fixtures for the LLM backend tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.llm.fakes.gemini import FakeGemini
+
+
+@pytest.fixture
+def fake_gemini() -> Iterator[FakeGemini]:
+    """A fake Gemini streaming API on 127.0.0.1 (ephemeral port), stopped after the test."""
+    server = FakeGemini()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
