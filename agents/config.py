@@ -20,8 +20,11 @@ from django.conf import settings
 from agents.config_types import (
     AgentConfig,
     ChainConfig,
+    CostEstimation,
     Defaults,
+    FallbackProvider,
     MCPServerConfig,
+    ModelRate,
     StageAgentConfig,
     StageConfig,
     StdioTransport,
@@ -29,8 +32,18 @@ from agents.config_types import (
 )
 
 AGENT_TYPES = {"": "iterating investigation agent with tools"}
-TOP_LEVEL_KEYS = {"defaults", "mcp_servers", "agents", "agent_chains"}
-DEFAULTS_KEYS = {"alert_type", "max_iterations", "llm_provider", "llm_backend"}
+TOP_LEVEL_KEYS = {"defaults", "mcp_servers", "agents", "agent_chains", "system"}
+DEFAULTS_KEYS = {
+    "alert_type",
+    "max_iterations",
+    "llm_provider",
+    "llm_backend",
+    "fallback_providers",
+}
+SYSTEM_KEYS = {"cost_estimation"}
+COST_KEYS = {"enabled", "model_rates"}
+RATE_KEYS = {"input_per_million", "output_per_million"}
+FALLBACK_KEYS = {"provider", "backend"}
 MCP_SERVER_KEYS = {"transport", "instructions"}
 TRANSPORT_KEYS = {"type", "command", "args", "env"}
 TRANSPORT_TYPES = ("stdio",)
@@ -42,6 +55,7 @@ AGENT_KEYS = {
     "max_iterations",
     "llm_backend",
     "llm_provider",
+    "fallback_providers",
 }
 CHAIN_KEYS = {
     "alert_types",
@@ -51,9 +65,17 @@ CHAIN_KEYS = {
     "llm_backend",
     "max_iterations",
     "mcp_servers",
+    "fallback_providers",
 }
 STAGE_KEYS = {"name", "agents", "agent", "max_iterations"}
-STAGE_AGENT_KEYS = {"name", "llm_provider", "llm_backend", "max_iterations", "mcp_servers"}
+STAGE_AGENT_KEYS = {
+    "name",
+    "llm_provider",
+    "llm_backend",
+    "max_iterations",
+    "mcp_servers",
+    "fallback_providers",
+}
 
 _TEMPLATE_RE = re.compile(r"\{\{\s*\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
@@ -89,28 +111,34 @@ def validate_references(
     problems = []
     where = config.source
 
-    def check(key: str, provider: str | None, backend: str | None) -> None:
+    def check(provider_key: str, provider: str | None, backend_key: str, backend: str | None):
         if provider is not None and provider not in provider_names:
             known = ", ".join(sorted(provider_names)) or "none (add one in Django admin)"
             problems.append(
-                f"{where}: {key}.llm_provider: unknown provider {provider!r}; "
-                f"enabled providers: {known}"
+                f"{where}: {provider_key}: unknown provider {provider!r}; enabled providers: {known}"
             )
         if backend is not None and backend not in backend_names:
             problems.append(
-                f"{where}: {key}.llm_backend: unknown backend {backend!r}; "
+                f"{where}: {backend_key}: unknown backend {backend!r}; "
                 f"allowed: {', '.join(backend_names)}"
             )
 
-    check("defaults", config.defaults.llm_provider, config.defaults.llm_backend)
+    def check_level(key: str, level) -> None:
+        check(f"{key}.llm_provider", level.llm_provider, f"{key}.llm_backend", level.llm_backend)
+        for index, fallback in enumerate(level.fallback_providers or ()):
+            item = f"{key}.fallback_providers[{index}]"
+            check(f"{item}.provider", fallback.provider, f"{item}.backend", fallback.backend)
+
+    check_level("defaults", config.defaults)
     for agent in config.agents.values():
-        check(f"agents.{agent.name}", agent.llm_provider, agent.llm_backend)
+        check_level(f"agents.{agent.name}", agent)
     for chain in config.chains.values():
-        check(f"agent_chains.{chain.id}", chain.llm_provider, chain.llm_backend)
+        check_level(f"agent_chains.{chain.id}", chain)
         for stage_index, stage in enumerate(chain.stages):
             for agent_index, agent in enumerate(stage.agents):
-                key = f"agent_chains.{chain.id}.stages[{stage_index}].agents[{agent_index}]"
-                check(key, agent.llm_provider, agent.llm_backend)
+                check_level(
+                    f"agent_chains.{chain.id}.stages[{stage_index}].agents[{agent_index}]", agent
+                )
     if config.defaults.llm_provider is None and not has_default_provider:
         problems.append(
             f"{where}: defaults.llm_provider is not set and no LLM provider is marked "
@@ -179,7 +207,59 @@ class _Parser:
         agents = self.parse_agents(root.get("agents"), mcp_servers)
         chains = self.parse_chains(root.get("agent_chains"), agents, mcp_servers)
         defaults = self.parse_defaults(root.get("defaults"), chains)
-        return TarsyConfig(self.source, defaults, mcp_servers, agents, chains)
+        system = self.mapping(root.get("system"), "system", SYSTEM_KEYS)
+        cost = self.parse_cost_estimation(system.get("cost_estimation"))
+        return TarsyConfig(self.source, defaults, mcp_servers, agents, chains, cost)
+
+    def fallbacks(self, value: Any, key: str) -> tuple[FallbackProvider, ...] | None:
+        """``[gemini, {provider: claude, backend: langchain}]``"""
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise self.error(key, "expected a list of providers")
+        result = []
+        for index, entry in enumerate(value):
+            item = f"{key}[{index}]"
+            if isinstance(entry, str):
+                entry = {"provider": entry}
+            entry = self.mapping(entry, item, FALLBACK_KEYS)
+            result.append(
+                FallbackProvider(
+                    provider=self.string(entry.get("provider"), f"{item}.provider", required=True),
+                    backend=self.string(entry.get("backend"), f"{item}.backend"),
+                )
+            )
+        return tuple(result)
+
+    def number(self, value: Any, key: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise self.error(key, f"expected a number of at least 0, got {value!r}")
+        return float(value)
+
+    def parse_cost_estimation(self, raw: Any) -> CostEstimation:
+        body = self.mapping(raw, "system.cost_estimation", COST_KEYS)
+        enabled = body.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise self.error("system.cost_estimation.enabled", "expected true or false")
+        rates_raw = body.get("model_rates") or {}
+        rates = {}
+        for model, rate in self.mapping(
+            rates_raw, "system.cost_estimation.model_rates", set(rates_raw)
+        ).items():
+            key = f"system.cost_estimation.model_rates.{model}"
+            rate = self.mapping(rate, key, RATE_KEYS)
+            missing = RATE_KEYS - set(rate)
+            if missing:
+                raise self.error(key, f"missing {', '.join(sorted(missing))}")
+            rates[str(model)] = ModelRate(
+                input_per_million=self.number(
+                    rate["input_per_million"], f"{key}.input_per_million"
+                ),
+                output_per_million=self.number(
+                    rate["output_per_million"], f"{key}.output_per_million"
+                ),
+            )
+        return CostEstimation(enabled=enabled, model_rates=rates)
 
     def parse_mcp_servers(self, raw: Any) -> dict[str, MCPServerConfig]:
         servers = {}
@@ -251,6 +331,9 @@ class _Parser:
                 ),
                 llm_backend=self.string(body.get("llm_backend"), f"{key}.llm_backend"),
                 llm_provider=self.string(body.get("llm_provider"), f"{key}.llm_provider"),
+                fallback_providers=self.fallbacks(
+                    body.get("fallback_providers"), f"{key}.fallback_providers"
+                ),
             )
         return agents
 
@@ -293,6 +376,9 @@ class _Parser:
                     body.get("max_iterations"), f"{key}.max_iterations"
                 ),
                 mcp_servers=mcp,
+                fallback_providers=self.fallbacks(
+                    body.get("fallback_providers"), f"{key}.fallback_providers"
+                ),
             )
         if not chains:
             raise self.error("agent_chains", "at least one chain is required")
@@ -341,6 +427,9 @@ class _Parser:
                         entry.get("max_iterations"), f"{agent_key}.max_iterations"
                     ),
                     mcp_servers=mcp,
+                    fallback_providers=self.fallbacks(
+                        entry.get("fallback_providers"), f"{agent_key}.fallback_providers"
+                    ),
                 )
             )
         return StageConfig(
@@ -364,4 +453,8 @@ class _Parser:
             or 20,
             llm_provider=self.string(body.get("llm_provider"), "defaults.llm_provider"),
             llm_backend=self.string(body.get("llm_backend"), "defaults.llm_backend"),
+            fallback_providers=self.fallbacks(
+                body.get("fallback_providers"), "defaults.fallback_providers"
+            )
+            or (),
         )

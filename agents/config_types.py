@@ -20,6 +20,37 @@ class MCPServerConfig:
 
 
 @dataclass(frozen=True)
+class FallbackProvider:
+    provider: str
+    backend: str | None = None  # None: the provider type's default backend
+
+
+@dataclass(frozen=True)
+class ModelRate:
+    input_per_million: float
+    output_per_million: float
+
+
+@dataclass(frozen=True)
+class CostEstimation:
+    enabled: bool = True
+    model_rates: dict[str, ModelRate] = field(default_factory=dict)
+
+    def estimate(self, model: str, input_tokens: int, output_tokens: int) -> float | None:
+        """USD for one call; the rate of the longest configured prefix of the model name
+        applies (``gemini-2.5-flash`` prices ``gemini-2.5-flash-001``). None: no rate."""
+        if not self.enabled:
+            return None
+        matches = [name for name in self.model_rates if model.startswith(name)]
+        if not matches:
+            return None
+        rate = self.model_rates[max(matches, key=len)]
+        return (
+            input_tokens * rate.input_per_million + output_tokens * rate.output_per_million
+        ) / 1_000_000
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     name: str
     type: str = ""
@@ -29,6 +60,7 @@ class AgentConfig:
     max_iterations: int | None = None
     llm_backend: str | None = None
     llm_provider: str | None = None
+    fallback_providers: tuple[FallbackProvider, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -38,6 +70,7 @@ class StageAgentConfig:
     llm_backend: str | None = None
     max_iterations: int | None = None
     mcp_servers: tuple[str, ...] | None = None
+    fallback_providers: tuple[FallbackProvider, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -57,6 +90,7 @@ class ChainConfig:
     llm_backend: str | None = None
     max_iterations: int | None = None
     mcp_servers: tuple[str, ...] | None = None
+    fallback_providers: tuple[FallbackProvider, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +99,7 @@ class Defaults:
     max_iterations: int = 20
     llm_provider: str | None = None
     llm_backend: str | None = None
+    fallback_providers: tuple[FallbackProvider, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -79,6 +114,8 @@ class ResolvedAgentConfig:
     max_iterations: int
     llm_provider: str | None  # None: the provider marked default in admin
     llm_backend: str | None  # None: the provider type's default backend
+    # Tried in order after the provider fails for good (non-retryable or retries spent).
+    fallback_providers: tuple[FallbackProvider, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +125,7 @@ class TarsyConfig:
     mcp_servers: dict[str, MCPServerConfig]
     agents: dict[str, AgentConfig]
     chains: dict[str, ChainConfig]
+    cost_estimation: CostEstimation = field(default_factory=CostEstimation)
 
     @property
     def alert_types(self) -> list[str]:
@@ -135,4 +173,11 @@ class TarsyConfig:
                 chain.llm_backend,
                 stage_agent.llm_backend,
             ),
+            fallback_providers=pick(
+                self.defaults.fallback_providers,
+                agent.fallback_providers,
+                chain.fallback_providers,
+                stage_agent.fallback_providers,
+            )
+            or (),
         )

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agents.config_types import ResolvedAgentConfig
+from agents.config_types import CostEstimation, ResolvedAgentConfig
 from agents.prompts import forced_conclusion
 from agents.recorder import Recorder, message_to_json
 from llm.base import Provider
@@ -64,17 +64,30 @@ class AgentResult:
     iterations: int = 0
 
 
+@dataclass(frozen=True)
+class ProviderChoice:
+    """A provider row resolved to the backend that drives it."""
+
+    config: ProviderConfig
+    backend: str
+    provider: Provider
+
+    def describe(self) -> str:
+        return f"{self.config.name!r} ({self.backend}, {self.config.model or 'no model'})"
+
+
 @dataclass
 class AgentRun:
     """What one agent execution works with."""
 
     agent: ResolvedAgentConfig
-    provider: Provider
-    provider_config: ProviderConfig
-    backend: str
+    choice: ProviderChoice
     tools: ToolExecutor
     recorder: Recorder
     messages: list[ConversationMessage]
+    # Providers to continue on, in order, when the current one fails for good.
+    fallbacks: list[ProviderChoice] = field(default_factory=list)
+    cost: CostEstimation = field(default_factory=CostEstimation)
 
 
 class IteratingController:
@@ -85,7 +98,7 @@ class IteratingController:
         await self._record_tool_list(run, tools)
         limit = run.agent.max_iterations
         for iteration in range(1, limit + 1):
-            turn = await self._call_llm(run, tools, interaction_type="iteration")
+            turn = await self._turn(run, tools, interaction_type="iteration")
             if turn.error:
                 return AgentResult(
                     ExecutionStatus.FAILED, error=_describe(turn.error), iterations=iteration
@@ -96,7 +109,7 @@ class IteratingController:
                 await self._run_tool(run, call)
         run.messages.append(forced_conclusion(limit))
         await run.recorder.message(run.messages[-1])
-        turn = await self._call_llm(run, (), interaction_type="forced_conclusion")
+        turn = await self._turn(run, (), interaction_type="forced_conclusion")
         if turn.error:
             return AgentResult(
                 ExecutionStatus.FAILED, error=_describe(turn.error), iterations=limit + 1
@@ -115,12 +128,39 @@ class IteratingController:
             ExecutionStatus.COMPLETED, final_analysis=turn.text, iterations=iterations
         )
 
+    async def _turn(
+        self, run: AgentRun, tools: tuple[ToolDefinition, ...], *, interaction_type: str
+    ) -> LLMTurn:
+        """One model turn; a provider that fails for good hands over to the next fallback."""
+        turn = await self._call_llm(run, tools, interaction_type=interaction_type)
+        while turn.error is not None and run.fallbacks:
+            await self._fall_back(run, turn.error)
+            turn = await self._call_llm(run, tools, interaction_type=interaction_type)
+        return turn
+
+    @staticmethod
+    async def _fall_back(run: AgentRun, error: ErrorInfo) -> None:
+        failed, run.choice = run.choice, run.fallbacks.pop(0)
+        await run.recorder.add_item(
+            TimelineEventType.PROVIDER_FALLBACK,
+            f"LLM provider {failed.describe()} failed: {error.message} [{error.code}]. "
+            f"Continuing on {run.choice.describe()}.",
+            metadata={
+                "from_provider": failed.config.name,
+                "from_backend": failed.backend,
+                "to_provider": run.choice.config.name,
+                "to_backend": run.choice.backend,
+                "error_code": error.code,
+            },
+        )
+        await run.recorder.switch_provider(run.choice.config, run.choice.backend)
+
     async def _call_llm(
         self, run: AgentRun, tools: tuple[ToolDefinition, ...], *, interaction_type: str
     ) -> LLMTurn:
         request = GenerateRequest(
             messages=tuple(run.messages),
-            config=run.provider_config,
+            config=run.choice.config,
             tools=tools,
             execution_id=str(run.recorder.execution.id),
             session_id=str(run.recorder.session.id),
@@ -130,7 +170,7 @@ class IteratingController:
         text_item: TimelineEvent | None = None
         grounding: list[dict[str, Any]] = []
         started = time.monotonic()
-        async for delta in run.provider.generate(request):
+        async for delta in run.choice.provider.generate(request):
             if isinstance(delta, ThinkingDelta) and delta.content:
                 if thinking_item is None:
                     thinking_item = await run.recorder.start_item(TimelineEventType.LLM_THINKING)
@@ -180,11 +220,15 @@ class IteratingController:
             )
             run.messages.append(assistant)
             await run.recorder.message(assistant)
+        cost = run.cost.estimate(
+            run.choice.config.model, turn.usage.input_tokens, turn.usage.output_tokens
+        )
         await run.recorder.llm_interaction(
             interaction_type=interaction_type,
-            provider=run.provider_config.name,
-            backend=run.backend,
-            model_name=run.provider_config.model,
+            provider=run.choice.config.name,
+            backend=run.choice.backend,
+            model_name=run.choice.config.model,
+            estimated_cost_usd=None if cost is None else round(cost, 6),
             request_messages=[message_to_json(m) for m in request.messages],
             tools=[tool.name for tool in tools],
             response_text=turn.text,

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
 
 from django.conf import settings
 
 from agents.config import get_config
 from agents.config_types import ChainConfig, ResolvedAgentConfig, StageConfig, TarsyConfig
-from agents.controller import AgentResult, AgentRun, IteratingController
+from agents.controller import AgentResult, AgentRun, IteratingController, ProviderChoice
 from agents.mcp_client import MCPServerError
 from agents.prompts import initial_messages
 from agents.recorder import Recorder, db
@@ -33,12 +32,6 @@ logger = logging.getLogger(__name__)
 
 class SessionFailure(Exception):
     """A problem that ends the session with a message the user can act on."""
-
-
-@dataclass(frozen=True)
-class ResolvedProvider:
-    row: LLMProvider
-    backend: str
 
 
 async def execute_session(session_id: str) -> str:
@@ -126,14 +119,15 @@ async def _run_stage(
     previous: str,
 ) -> AgentResult:
     agent = config.resolve_agent(chain, stage_config, stage_config.agents[0])
-    provider = await db(_resolve_provider)(agent)
+    choice = await db(_resolve_provider)(agent.llm_provider, agent.llm_backend, agent.agent_name)
+    fallbacks = await db(_resolve_fallbacks)(agent)
     execution = await db(services.execution_start)(
         stage=stage,
         agent_name=agent.agent_name,
         agent_index=1,
-        llm_backend=provider.backend,
-        llm_provider=provider.row.name,
-        model_name=provider.row.model,
+        llm_backend=choice.backend,
+        llm_provider=choice.config.name,
+        model_name=choice.config.model,
     )
     recorder = Recorder(session, execution)
     servers = {name: config.mcp_servers[name] for name in agent.mcp_servers}
@@ -142,9 +136,9 @@ async def _run_stage(
         async with ToolBox(servers) as tools:
             run = AgentRun(
                 agent=agent,
-                provider=get_backend(provider.backend),
-                provider_config=provider.row.to_config(),
-                backend=provider.backend,
+                choice=choice,
+                fallbacks=fallbacks,
+                cost=config.cost_estimation,
                 tools=tools,
                 recorder=recorder,
                 messages=initial_messages(
@@ -173,13 +167,13 @@ async def _run_stage(
     return result
 
 
-def _resolve_provider(agent: ResolvedAgentConfig) -> ResolvedProvider:
-    if agent.llm_provider:
-        row = LLMProvider.objects.filter(name=agent.llm_provider, enabled=True).first()
+def _resolve_provider(name: str | None, backend: str | None, agent_name: str) -> ProviderChoice:
+    if name:
+        row = LLMProvider.objects.filter(name=name, enabled=True).first()
         if row is None:
             raise SessionFailure(
-                f"LLM provider {agent.llm_provider!r} (used by {agent.agent_name}) does not "
-                "exist or is disabled; check Django admin → LLM providers"
+                f"LLM provider {name!r} (used by {agent_name}) does not exist or is "
+                "disabled; check Django admin → LLM providers"
             )
     else:
         row = LLMProvider.objects.filter(is_default=True, enabled=True).first()
@@ -188,11 +182,22 @@ def _resolve_provider(agent: ResolvedAgentConfig) -> ResolvedProvider:
                 "No LLM provider is configured: mark one as default in Django admin or set "
                 "defaults.llm_provider in tarsy.yaml"
             )
-    backend = agent.llm_backend or row.default_backend()
+    backend = backend or row.default_backend()
     allowed = BACKENDS_FOR_TYPE[row.type]
     if backend not in allowed:
         raise SessionFailure(
             f"llm_backend {backend!r} cannot drive provider {row.name!r} of type {row.type!r}; "
             f"allowed: {', '.join(allowed)}"
         )
-    return ResolvedProvider(row, backend)
+    return ProviderChoice(row.to_config(), backend, get_backend(backend))
+
+
+def _resolve_fallbacks(agent: ResolvedAgentConfig) -> list[ProviderChoice]:
+    choices = []
+    for fallback in agent.fallback_providers:
+        try:
+            choices.append(_resolve_provider(fallback.provider, fallback.backend, agent.agent_name))
+        except SessionFailure as problem:
+            # A broken fallback must not stop an agent whose own provider works.
+            logger.warning("skipping fallback provider for %s: %s", agent.agent_name, problem)
+    return choices

@@ -12,7 +12,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from llm.types import ConversationMessage
+from llm.types import ConversationMessage, ProviderConfig
 from sessions import services
 from sessions.models import (
     AgentExecution,
@@ -100,6 +100,14 @@ class Recorder:
             ],
             tool_call_id=message.tool_call_id,
             tool_name=message.tool_name,
+        )
+
+    async def switch_provider(self, config: ProviderConfig, backend: str) -> None:
+        self.execution = await db(services.execution_switch_provider)(
+            execution=self.execution,
+            llm_provider=config.name,
+            llm_backend=backend,
+            model_name=config.model,
         )
 
     async def llm_interaction(self, **fields: Any) -> None:

@@ -267,7 +267,9 @@ class GoogleNativeProvider:
             usage = state.usage
             yield UsageInfo(
                 input_tokens=usage.prompt_token_count or 0,
-                output_tokens=usage.candidates_token_count or 0,
+                # Gemini counts thoughts apart from candidates; TARSy's output includes them.
+                output_tokens=(usage.candidates_token_count or 0)
+                + (usage.thoughts_token_count or 0),
                 total_tokens=usage.total_token_count or 0,
                 thinking_tokens=usage.thoughts_token_count or 0,
             )

@@ -98,6 +98,9 @@ class CodeExecutionDelta:
 
 @dataclass(frozen=True)
 class UsageInfo:
+    """Tokens of one call. ``output_tokens`` includes ``thinking_tokens`` — thinking is
+    billed as output by every provider — so cost is input * in-rate + output * out-rate."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0

@@ -137,7 +137,7 @@ def session_detail(request: HttpRequest, session_id) -> JsonResponse:
         alert_data=session.alert_data,
         runbook=session.runbook,
         final_analysis=session.final_analysis,
-        tokens=selectors.session_token_totals(session),
+        usage=selectors.session_usage(session),
         stages=[
             {
                 "stage_id": stage.id,

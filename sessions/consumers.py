@@ -126,10 +126,15 @@ class SessionConsumer(_LiveConsumer):
         return await sync_to_async(load)()
 
     async def render(self, event: dict[str, Any]) -> str:
-        session = None
-        if event["type"] == SESSION_STATUS:
-            session = await sync_to_async(AlertSession.objects.get)(id=self.session_id)
-        return live.session_fragments(event, session)
+        if event["type"] != SESSION_STATUS:
+            return live.session_fragments(event, None)
+
+        def load() -> tuple[AlertSession, dict[str, Any]]:
+            session = AlertSession.objects.get(id=self.session_id)
+            return session, selectors.session_usage(session)
+
+        session, usage = await sync_to_async(load)()
+        return live.session_fragments(event, session, usage)
 
 
 class SessionListConsumer(_LiveConsumer):

@@ -69,7 +69,9 @@ def cursor_fragment(event_id: int) -> str:
     return f'<div id="live-cursor" hidden data-last-event-id="{event_id}"></div>'
 
 
-def session_fragments(event: dict[str, Any], session: AlertSession | None) -> str:
+def session_fragments(
+    event: dict[str, Any], session: AlertSession | None, usage: dict[str, Any] | None = None
+) -> str:
     """Fragments for the session page."""
     kind = event["type"]
     payload = event["payload"]
@@ -82,7 +84,8 @@ def session_fragments(event: dict[str, Any], session: AlertSession | None) -> st
         )
     if kind == SESSION_STATUS and session is not None:
         return render_to_string(
-            "sessions/partials/_session_header.html", {"session": session, "live": True}
+            "sessions/partials/_session_header.html",
+            {"session": session, "usage": usage, "live": True},
         )
     if kind == STAGE_STATUS:
         return ""

@@ -115,6 +115,10 @@ class AgentExecution(models.Model):
     llm_backend = models.CharField(max_length=50, blank=True)
     llm_provider = models.CharField(max_length=100, blank=True)
     model_name = models.CharField(max_length=200, blank=True)
+    # Set when the agent fell back to another provider: what it started on.
+    original_llm_provider = models.CharField(max_length=100, blank=True)
+    original_llm_backend = models.CharField(max_length=50, blank=True)
+    original_model_name = models.CharField(max_length=200, blank=True)
     iterations = models.PositiveIntegerField(default=0)
     started_at = models.DateTimeField(null=True, blank=True)
     completed_at = models.DateTimeField(null=True, blank=True)
@@ -225,6 +229,8 @@ class LLMInteraction(models.Model):
     thinking_tokens = models.PositiveIntegerField(default=0)
     total_tokens = models.PositiveIntegerField(default=0)
     duration_ms = models.PositiveIntegerField(default=0)
+    # From system.cost_estimation.model_rates; null when the model has no configured rate.
+    estimated_cost_usd = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     error_code = models.CharField(max_length=50, blank=True)
     error_message = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

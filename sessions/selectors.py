@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import QuerySet, Sum
+from django.db.models import Count, QuerySet, Sum
 
 from sessions.models import AlertSession, SessionEvent, SessionStatus, TimelineEvent
 from sessions.services import STREAM_CHUNK
@@ -44,14 +44,20 @@ def session_timeline(session: AlertSession) -> list[TimelineEvent]:
     return list(session.timeline.select_related("stage").order_by("id"))
 
 
-def session_token_totals(session: AlertSession) -> dict[str, int]:
+def session_usage(session: AlertSession) -> dict[str, Any]:
+    """Token totals and estimated cost (None when no call had a configured rate)."""
     totals = session.llm_interactions.aggregate(
         input_tokens=Sum("input_tokens"),
         output_tokens=Sum("output_tokens"),
         thinking_tokens=Sum("thinking_tokens"),
         total_tokens=Sum("total_tokens"),
+        estimated_cost_usd=Sum("estimated_cost_usd"),
+        calls=Count("id"),
     )
-    return {key: value or 0 for key, value in totals.items()}
+    cost = totals.pop("estimated_cost_usd")
+    usage: dict[str, Any] = {key: value or 0 for key, value in totals.items()}
+    usage["estimated_cost_usd"] = float(cost) if cost is not None else None
+    return usage
 
 
 def latest_event_id() -> int:

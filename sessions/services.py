@@ -218,6 +218,30 @@ def execution_start(
     )
 
 
+def execution_switch_provider(
+    *, execution: AgentExecution, llm_provider: str, llm_backend: str, model_name: str
+) -> AgentExecution:
+    """Record a fallback; the first provider the execution ran on is kept."""
+    if not execution.original_llm_provider:
+        execution.original_llm_provider = execution.llm_provider
+        execution.original_llm_backend = execution.llm_backend
+        execution.original_model_name = execution.model_name
+    execution.llm_provider = llm_provider
+    execution.llm_backend = llm_backend
+    execution.model_name = model_name
+    execution.save(
+        update_fields=[
+            "llm_provider",
+            "llm_backend",
+            "model_name",
+            "original_llm_provider",
+            "original_llm_backend",
+            "original_model_name",
+        ]
+    )
+    return execution
+
+
 def execution_finish(
     *,
     execution: AgentExecution,

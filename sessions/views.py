@@ -51,6 +51,7 @@ def session_detail(request: HttpRequest, session_id) -> HttpResponse:
             "items": items,
             "cursor": cursor,
             "executions": executions,
+            "usage": selectors.session_usage(session),
             "uses_demo_provider": any(e.llm_backend == "scripted" for e in executions),
         },
     )

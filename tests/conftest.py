@@ -71,3 +71,20 @@ def scripted_provider(db, write_script):
         )
 
     return make
+
+
+@pytest.fixture
+def tarsy_config(settings, tmp_path: Path):
+    """Run with a modified copy of the bundled tarsy.yaml: ``tarsy_config(change)``."""
+    from agents.config import get_config
+
+    def use(change) -> None:
+        config = yaml.safe_load((settings.BASE_DIR / "agents" / "tarsy.yaml").read_text())
+        change(config)
+        path = tmp_path / "tarsy.yaml"
+        path.write_text(yaml.safe_dump(config))
+        settings.TARSY_CONFIG = str(path)
+        get_config.cache_clear()
+
+    yield use
+    get_config.cache_clear()

@@ -202,3 +202,62 @@ def test_no_provider_at_all_is_a_problem(tmp_path):
         backend_names=["scripted"],
     )
     assert "no LLM provider is marked default" in problems[0]
+
+
+def test_fallback_providers_resolve_like_other_settings(tmp_path):
+    config = with_change(["defaults", "fallback_providers"], ["gemini"])
+    config["agent_chains"]["k8s"]["fallback_providers"] = [
+        {"provider": "claude", "backend": "langchain"},
+        "gpt",
+    ]
+    loaded = load_config(write(tmp_path, config))
+    chain = loaded.chains["k8s"]
+    resolved = loaded.resolve_agent(chain, chain.stages[0], chain.stages[0].agents[0])
+    assert [(f.provider, f.backend) for f in resolved.fallback_providers] == [
+        ("claude", "langchain"),
+        ("gpt", None),
+    ]
+    problems = validate_references(
+        loaded,
+        provider_names={"gemini", "claude"},
+        has_default_provider=True,
+        backend_names=["langchain"],
+    )
+    assert problems == [
+        "tarsy.yaml: agent_chains.k8s.fallback_providers[1].provider: unknown provider 'gpt'; "
+        "enabled providers: claude, gemini"
+    ]
+
+
+def test_a_fallback_entry_needs_a_provider(tmp_path):
+    message = error_for(
+        tmp_path, with_change(["defaults", "fallback_providers"], [{"backend": "langchain"}])
+    )
+    assert "defaults.fallback_providers[0].provider: is required" in message
+
+
+def test_model_rates_price_by_longest_prefix(tmp_path):
+    config = with_change(
+        ["system"],
+        {
+            "cost_estimation": {
+                "model_rates": {
+                    "gemini-2.5": {"input_per_million": 1, "output_per_million": 2},
+                    "gemini-2.5-pro": {"input_per_million": 10, "output_per_million": 20},
+                }
+            }
+        },
+    )
+    cost = load_config(write(tmp_path, config)).cost_estimation
+    assert cost.estimate("gemini-2.5-pro-002", 1_000_000, 1_000_000) == 30
+    assert cost.estimate("gemini-2.5-flash", 1_000_000, 0) == 1
+    assert cost.estimate("claude-sonnet", 5, 5) is None
+
+
+def test_a_rate_must_have_both_prices(tmp_path):
+    config = with_change(
+        ["system"], {"cost_estimation": {"model_rates": {"m": {"input_per_million": 1}}}}
+    )
+    assert "system.cost_estimation.model_rates.m: missing output_per_million" in error_for(
+        tmp_path, config
+    )

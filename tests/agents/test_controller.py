@@ -96,28 +96,17 @@ def test_it_calls_tools_feeds_results_back_and_concludes(scripted_provider):
     assert statuses == ["pending", "in_progress", "completed"]
 
 
-def test_it_forces_a_conclusion_without_tools_at_max_iterations(
-    scripted_provider, settings, tmp_path
-):
-    config = tmp_path / "tarsy.yaml"
-    original = (settings.BASE_DIR / "agents" / "tarsy.yaml").read_text()
-    config.write_text(original.replace("max_iterations: 20", "max_iterations: 2"))
-    settings.TARSY_CONFIG = str(config)
-    from agents.config import get_config
-
-    get_config.cache_clear()
-    try:
-        scripted_provider(
-            [
-                {"text": "one", "tool_calls": [POD_CALL]},
-                {"text": "two", "tool_calls": [POD_CALL]},
-                {"text": "Concluding from what I have.", "tool_calls": [POD_CALL]},
-            ]
-        )
-        session = submit()
-        run_session(str(session.id))
-    finally:
-        get_config.cache_clear()
+def test_it_forces_a_conclusion_without_tools_at_max_iterations(scripted_provider, tarsy_config):
+    tarsy_config(lambda config: config["defaults"].update(max_iterations=2))
+    scripted_provider(
+        [
+            {"text": "one", "tool_calls": [POD_CALL]},
+            {"text": "two", "tool_calls": [POD_CALL]},
+            {"text": "Concluding from what I have.", "tool_calls": [POD_CALL]},
+        ]
+    )
+    session = submit()
+    run_session(str(session.id))
     session.refresh_from_db()
     assert session.status == "completed"
     assert session.final_analysis == "Concluding from what I have."
@@ -162,3 +151,64 @@ def test_a_tool_error_is_shown_and_fed_back(scripted_provider):
     assert item.status == "failed"
     assert "nowhere" in item.content
     assert Message.objects.get(session=session, role="tool").content == item.content
+
+
+def test_a_failing_provider_hands_over_to_the_fallback(
+    scripted_provider, write_script, tarsy_config
+):
+    from llm.models import LLMProvider
+
+    scripted_provider([{"text": "Start", "error": {"code": "auth_error", "message": "bad key"}}])
+    LLMProvider.objects.create(
+        name="backup",
+        type="scripted",
+        model="backup-model",
+        options={"script": write_script([{"text": "Backup found the cause."}])},
+    )
+    tarsy_config(lambda config: config["defaults"].update(fallback_providers=["backup"]))
+    session = submit()
+    assert run_session(str(session.id)) == "completed"
+    session.refresh_from_db()
+    assert session.final_analysis == "Backup found the cause."
+    fallback = TimelineEvent.objects.get(session=session, event_type="provider_fallback")
+    assert "'scripted-test' (scripted, script) failed: bad key [auth_error]" in fallback.content
+    assert "Continuing on 'backup' (scripted, backup-model)" in fallback.content
+    execution = session.executions.get()
+    assert (execution.llm_provider, execution.model_name) == ("backup", "backup-model")
+    assert (execution.original_llm_provider, execution.original_model_name) == (
+        "scripted-test",
+        "script",
+    )
+    providers = list(
+        LLMInteraction.objects.filter(session=session).values_list("provider", "error_code")
+    )
+    assert providers == [("scripted-test", "auth_error"), ("backup", "")]
+
+
+def test_without_a_fallback_the_error_ends_the_agent(scripted_provider, tarsy_config):
+    tarsy_config(lambda config: config["defaults"].update(fallback_providers=["missing"]))
+    scripted_provider([{"error": {"code": "server_error", "message": "503", "retryable": True}}])
+    session = submit()
+    assert run_session(str(session.id)) == "failed"
+    assert not TimelineEvent.objects.filter(
+        session=session, event_type="provider_fallback"
+    ).exists()
+
+
+def test_calls_are_priced_from_the_configured_rates(scripted_provider, tarsy_config):
+    tarsy_config(
+        lambda config: config.update(
+            system={
+                "cost_estimation": {
+                    "model_rates": {"scr": {"input_per_million": 1.0, "output_per_million": 2.0}}
+                }
+            }
+        )
+    )
+    scripted_provider([{"text": "one two three"}])
+    session = submit()
+    run_session(str(session.id))
+    call = LLMInteraction.objects.get(session=session)
+    expected = (call.input_tokens * 1.0 + call.output_tokens * 2.0) / 1_000_000
+    assert call.output_tokens == 3
+    assert float(call.estimated_cost_usd) == pytest.approx(expected, abs=1e-6)

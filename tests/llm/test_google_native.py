@@ -302,7 +302,7 @@ async def test_thinking_text_and_parallel_tool_calls(
     assert generated.call_id
     assert generated.call_id != "c-1"
     assert deltas[5:] == [
-        UsageInfo(input_tokens=120, output_tokens=40, total_tokens=235, thinking_tokens=75)
+        UsageInfo(input_tokens=120, output_tokens=115, total_tokens=235, thinking_tokens=75)
     ]
 
 
