@@ -12,6 +12,15 @@ from django_q.models import Schedule
 
 from llm.models import LLMProvider, ProviderType
 
+# The first of these whose key variable is set becomes the default provider on a
+# fresh install; with none set, the scripted demo does.
+KEYED_PROVIDERS = [
+    ("gemini", ProviderType.GOOGLE, "gemini-2.5-flash", "GEMINI_API_KEY"),
+    ("gemini", ProviderType.GOOGLE, "gemini-2.5-flash", "GOOGLE_API_KEY"),
+    ("openai", ProviderType.OPENAI, "gpt-5", "OPENAI_API_KEY"),
+    ("anthropic", ProviderType.ANTHROPIC, "claude-sonnet-4-5", "ANTHROPIC_API_KEY"),
+]
+
 
 class Command(BaseCommand):
     help = "Make sure a login, an LLM provider and TARSy's scheduled jobs exist."
@@ -54,6 +63,16 @@ class Command(BaseCommand):
     def ensure_provider(self) -> None:
         if LLMProvider.objects.exists():
             return
+        for name, provider_type, model, key_env in KEYED_PROVIDERS:
+            if os.environ.get(key_env):
+                LLMProvider.objects.create(
+                    name=name, type=provider_type, model=model, api_key_env=key_env, is_default=True
+                )
+                self.stdout.write(
+                    f"{key_env} is set: created the default LLM provider '{name}' "
+                    f"({provider_type}, {model}). Change it in Admin → LLM providers."
+                )
+                return
         LLMProvider.objects.create(
             name="demo",
             type=ProviderType.SCRIPTED,
