@@ -5,11 +5,15 @@ Where is a tool call executed? ``IteratingController._run_tool``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from django.conf import settings
 
 from agents.config_types import CostEstimation, ResolvedAgentConfig
 from agents.prompts import forced_conclusion
@@ -170,7 +174,7 @@ class IteratingController:
         text_item: TimelineEvent | None = None
         grounding: list[dict[str, Any]] = []
         started = time.monotonic()
-        async for delta in run.choice.provider.generate(request):
+        async for delta in _bounded(run.choice.provider.generate(request)):
             if isinstance(delta, ThinkingDelta) and delta.content:
                 if thinking_item is None:
                     thinking_item = await run.recorder.start_item(TimelineEventType.LLM_THINKING)
@@ -289,6 +293,31 @@ class IteratingController:
         )
         run.messages.append(message)
         await run.recorder.message(message)
+
+
+async def _bounded(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """The provider's deltas, ended by a retryable timeout error when the model is silent
+    too long before its first delta or between two, or the whole call runs too long."""
+    first = settings.TARSY_LLM_FIRST_CHUNK_TIMEOUT
+    stall = settings.TARSY_LLM_STALL_TIMEOUT
+    received = False
+    try:
+        async with asyncio.timeout(settings.TARSY_LLM_CALL_TIMEOUT):
+            while True:
+                try:
+                    delta = await asyncio.wait_for(anext(stream), stall if received else first)
+                except StopAsyncIteration:
+                    return
+                received = True
+                yield delta
+    except TimeoutError:
+        if received:
+            message = f"the model sent nothing for {stall:g} s (or the call exceeded its limit)"
+        else:
+            message = f"no response from the model within {first:g} s"
+        yield ErrorInfo("timeout", message, retryable=True)
+    finally:
+        await stream.aclose()
 
 
 def _describe(error: ErrorInfo) -> str:

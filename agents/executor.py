@@ -34,6 +34,10 @@ class SessionFailure(Exception):
     """A problem that ends the session with a message the user can act on."""
 
 
+class StageFailed(SessionFailure):
+    """A stage ended unsuccessfully; its agent has already put the reason on the timeline."""
+
+
 async def execute_session(session_id: str) -> str:
     session = await db(AlertSession.objects.get)(id=session_id)
     heartbeat = asyncio.create_task(_heartbeat(session_id))
@@ -44,6 +48,9 @@ async def execute_session(session_id: str) -> str:
         message = f"The session exceeded its timeout of {int(settings.TARSY_SESSION_TIMEOUT)} s."
         await _fail(session, SessionStatus.TIMED_OUT, message)
         return SessionStatus.TIMED_OUT
+    except StageFailed as failure:
+        await _fail(session, SessionStatus.FAILED, str(failure), explain=False)
+        return SessionStatus.FAILED
     except SessionFailure as failure:
         await _fail(session, SessionStatus.FAILED, str(failure))
         return SessionStatus.FAILED
@@ -67,13 +74,16 @@ async def _heartbeat(session_id: str) -> None:
         await db(services.session_heartbeat)(session_id=session_id)
 
 
-async def _fail(session: AlertSession, status: SessionStatus, message: str) -> None:
-    await db(services.timeline_event_add)(
-        session=session,
-        event_type=TimelineEventType.ERROR,
-        content=message,
-        status=TimelineEventStatus.FAILED,
-    )
+async def _fail(
+    session: AlertSession, status: SessionStatus, message: str, *, explain: bool = True
+) -> None:
+    if explain:
+        await db(services.timeline_event_add)(
+            session=session,
+            event_type=TimelineEventType.ERROR,
+            content=message,
+            status=TimelineEventStatus.FAILED,
+        )
     await db(services.session_finish)(session_id=session.id, status=status, error_message=message)
 
 
@@ -105,7 +115,7 @@ async def _run_chain(session: AlertSession) -> str:
             stage=stage, status=result.status, error_message=result.error
         )
         if result.status != ExecutionStatus.COMPLETED:
-            raise SessionFailure(f"Stage {stage_config.name!r} failed: {result.error}")
+            raise StageFailed(f"Stage {stage_config.name!r} failed: {result.error}")
         previous += f"### Stage '{stage_config.name}'\n\n{result.final_analysis}\n\n"
     return result.final_analysis
 

@@ -105,7 +105,9 @@ async def stream_with_retries(
             failures[classified.code] = count + 1
             delay = policy.backoff(count)
             if classified.code == RATE_LIMIT:
-                delay = retry_after_seconds(exc) or delay
+                # Honour the server, but never past max_delay: a longer wait belongs to
+                # the agent's timeouts and fallback, not to a silent sleep here.
+                delay = min(retry_after_seconds(exc) or delay, policy.max_delay)
             logger.warning(
                 "%s: %s (attempt %d), retrying in %.1fs", label, classified.code, count + 1, delay
             )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from sessions import services
@@ -129,8 +131,8 @@ def test_an_llm_error_fails_the_session_with_a_readable_item(scripted_provider):
     session = submit()
     assert run_session(str(session.id)) == "failed"
     session.refresh_from_db()
-    errors = TimelineEvent.objects.filter(session=session, event_type="error")
-    assert "LLM error [rate_limit]: slow down" in errors.first().content
+    error = TimelineEvent.objects.get(session=session, event_type="error")  # said once
+    assert "LLM error [rate_limit]: slow down" in error.content
     assert "Stage 'investigation' failed" in session.error_message
 
 
@@ -212,3 +214,24 @@ def test_calls_are_priced_from_the_configured_rates(scripted_provider, tarsy_con
     expected = (call.input_tokens * 1.0 + call.output_tokens * 2.0) / 1_000_000
     assert call.output_tokens == 3
     assert float(call.estimated_cost_usd) == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_model_that_stalls_mid_stream_times_out(scripted_provider, settings):
+    settings.TARSY_LLM_STALL_TIMEOUT = 0.3
+    scripted_provider([{"text": "one two three", "chunk_delay": 1.0}])
+    session = submit()
+    started = time.monotonic()
+    assert run_session(str(session.id)) == "failed"
+    assert time.monotonic() - started < 5
+    error = TimelineEvent.objects.get(session=session, event_type="error")
+    assert "LLM error [timeout]: the model sent nothing for 0.3 s" in error.content
+
+
+def test_a_silent_model_times_out_before_its_first_delta(scripted_provider, settings):
+    settings.TARSY_LLM_FIRST_CHUNK_TIMEOUT = 0.3
+    scripted_provider([{"text": "late", "chunk_delay": 2.0}])
+    session = submit()
+    assert run_session(str(session.id)) == "failed"
+    error = TimelineEvent.objects.get(session=session, event_type="error")
+    assert "no response from the model within 0.3 s" in error.content
+    assert LLMInteraction.objects.get(session=session).error_code == "timeout"
