@@ -28,10 +28,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import os
 import time
 import uuid
-import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +37,8 @@ from typing import Any
 from google import genai
 from google.genai import types
 
-from llm.errors import AUTH, INVALID_REQUEST
+from llm.clients import PerLoopCache, creation_error, env_value
+from llm.errors import INVALID_REQUEST
 from llm.retry import DEFAULT_POLICY, RetryPolicy, Sleep, stream_with_retries
 from llm.tool_names import tool_name_from_api, tool_name_to_api
 from llm.types import (
@@ -77,10 +76,6 @@ _NATIVE_TOOLS: dict[str, Callable[[], types.Tool]] = {
 }
 
 ClientKey = tuple[str, str, str]
-
-
-class MissingApiKey(LookupError):
-    """The variable named by ``api_key_env`` is unset; the message names it, never a value."""
 
 
 def thinking_config(model: str) -> types.ThinkingConfig:
@@ -172,36 +167,20 @@ class GoogleNativeProvider:
         self._sleep = sleep
         self._policy = policy
         self.signatures = ThoughtSignatureCache(clock)
-        # Per event loop, then per config: the SDK's httpx pool belongs to the loop that
-        # opened its connections, and a worker runs each session in its own asyncio.run.
-        self._clients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[ClientKey, genai.Client]
-        ] = weakref.WeakKeyDictionary()
+        self._clients: PerLoopCache[genai.Client] = PerLoopCache()
 
     def client_for(self, config: ProviderConfig) -> genai.Client:
         """The cached SDK client for ``config`` on the running loop; reads the key once."""
-        clients = self._clients.setdefault(asyncio.get_running_loop(), {})
         key: ClientKey = (config.type, config.api_key_env, config.base_url)
-        client = clients.get(key)
-        if client is None:
-            client = clients[key] = _create_client(config)
-        return client
+        return self._clients.get(key, lambda: _create_client(config))
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
         config = request.config
         self.signatures.purge()
         try:
             client = self.client_for(config)
-        except MissingApiKey as exc:
-            yield ErrorInfo(AUTH, str(exc), retryable=False)
-            return
         except Exception as exc:
-            # The SDK's constructor messages never contain the key.
-            yield ErrorInfo(
-                INVALID_REQUEST,
-                f"LLM provider {config.name!r}: cannot create the Gemini client: {exc}",
-                retryable=False,
-            )
+            yield creation_error(config, exc, "Gemini client")
             return
         if not config.model:
             yield ErrorInfo(INVALID_REQUEST, f"LLM provider {config.name!r} names no model")
@@ -391,20 +370,8 @@ class _TurnState:
 
 
 def _create_client(config: ProviderConfig) -> genai.Client:
-    variable = config.api_key_env
-    if not variable:
-        raise MissingApiKey(
-            f"LLM provider {config.name!r} ({config.type}) has no api_key_env; set it to the "
-            "name of the environment variable that holds the Gemini API key"
-        )
-    api_key = os.environ.get(variable, "")
-    if not api_key:
-        raise MissingApiKey(
-            f"LLM provider {config.name!r}: environment variable {variable} (named by "
-            "api_key_env) is not set; export it in the worker's environment"
-        )
     return genai.Client(
-        api_key=api_key,
+        api_key=env_value(config, "api_key_env"),
         # Explicit, so GOOGLE_GENAI_USE_VERTEXAI in the environment cannot flip it.
         vertexai=False,
         http_options=types.HttpOptions(

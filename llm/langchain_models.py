@@ -1,7 +1,7 @@
 """LangChain chat models per provider type, built from a ``ProviderConfig``.
 
 Keys and Vertex AI project/location are read here from the environment variables the
-config *names*; a missing variable raises ``MissingEnvironmentVariable`` whose message
+config *names*; a missing variable raises ``llm.clients.MissingEnvironmentVariable`` whose message
 names the variable (never a value). SDK retries are switched off everywhere: retries
 belong to ``llm.retry`` so that Retry-After, backoff and cancellation behave the same
 for every provider.
@@ -14,7 +14,6 @@ provider therefore caches models per event loop as well as per configuration.
 
 from __future__ import annotations
 
-import os
 from functools import cached_property
 from typing import Any
 
@@ -26,6 +25,7 @@ from langchain_core.outputs import ChatGenerationChunk
 from langchain_google_genai import ChatGoogleGenerativeAI
 from langchain_openai import ChatOpenAI
 
+from llm.clients import env_value
 from llm.types import ProviderConfig
 
 # Anthropic requires max_tokens on every request (seed 001, Q8): half of Sonnet's limit
@@ -39,24 +39,6 @@ PLACEHOLDER_API_KEY = "EMPTY"
 GOOGLE_SINGLE_ATTEMPT = 1
 
 ModelKey = tuple[str, ...]
-
-
-class MissingEnvironmentVariable(LookupError):
-    """A variable named in the provider config is unset or empty."""
-
-    def __init__(self, config: ProviderConfig, field: str, variable: str) -> None:
-        if variable:
-            message = (
-                f"LLM provider {config.name!r}: environment variable {variable} "
-                f"(named by {field}) is not set; export it in the worker's environment"
-            )
-        else:
-            message = (
-                f"LLM provider {config.name!r} ({config.type}) has no {field}; set it to the "
-                "name of the environment variable that holds the value"
-            )
-        super().__init__(message)
-        self.variable = variable
 
 
 def model_key(config: ProviderConfig) -> ModelKey:
@@ -93,14 +75,6 @@ def create_chat_model(config: ProviderConfig) -> BaseChatModel:
             )
 
 
-def _env(config: ProviderConfig, field: str) -> str:
-    variable = getattr(config, field)
-    value = os.environ.get(variable, "") if variable else ""
-    if not value:
-        raise MissingEnvironmentVariable(config, field, variable)
-    return value
-
-
 class ChatOpenAICompatible(ChatOpenAI):
     """ChatOpenAI that keeps the reasoning text OpenAI-compatible servers stream.
 
@@ -129,7 +103,7 @@ class ChatOpenAICompatible(ChatOpenAI):
 def _openai_compatible(config: ProviderConfig, *, default_base_url: str) -> ChatOpenAI:
     base_url = config.base_url or default_base_url
     if config.api_key_env or not config.base_url:
-        api_key = _env(config, "api_key_env")
+        api_key = env_value(config, "api_key_env")
     else:
         api_key = PLACEHOLDER_API_KEY
     return ChatOpenAICompatible(
@@ -187,7 +161,7 @@ def _anthropic(config: ProviderConfig) -> ChatAnthropic:
         kwargs["base_url"] = config.base_url
     return ChatAnthropicOwnClient(
         model=config.model,
-        api_key=_env(config, "api_key_env"),
+        api_key=env_value(config, "api_key_env"),
         max_tokens=ANTHROPIC_MAX_TOKENS,
         max_retries=0,
         **kwargs,
@@ -201,7 +175,7 @@ def _google(config: ProviderConfig) -> ChatGoogleGenerativeAI:
     return _with_thoughts(
         ChatGoogleGenerativeAI(
             model=config.model,
-            api_key=_env(config, "api_key_env"),
+            api_key=env_value(config, "api_key_env"),
             # Explicit, so GOOGLE_GENAI_USE_VERTEXAI in the environment cannot flip it.
             vertexai=False,
             max_retries=GOOGLE_SINGLE_ATTEMPT,
@@ -211,8 +185,8 @@ def _google(config: ProviderConfig) -> ChatGoogleGenerativeAI:
 
 
 def _vertex(config: ProviderConfig) -> BaseChatModel:
-    project = _env(config, "project_env")
-    location = _env(config, "location_env")
+    project = env_value(config, "project_env")
+    location = env_value(config, "location_env")
     if is_claude_model(config.model):
         return ChatAnthropicOnVertex(
             model=config.model,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-import weakref
 from collections.abc import AsyncIterator, Hashable, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -34,13 +33,8 @@ from langchain_core.messages.tool import tool_call
 from langchain_core.runnables import Runnable
 from langchain_google_genai.chat_models import ChatGoogleGenerativeAIError
 
-from llm.errors import AUTH, INVALID_REQUEST
-from llm.langchain_models import (
-    MissingEnvironmentVariable,
-    ModelKey,
-    create_chat_model,
-    model_key,
-)
+from llm.clients import PerLoopCache, creation_error
+from llm.langchain_models import create_chat_model, model_key
 from llm.retry import DEFAULT_POLICY, RetryPolicy, Sleep, stream_with_retries
 from llm.tool_names import tool_name_from_api, tool_name_to_api
 from llm.types import (
@@ -62,7 +56,6 @@ from llm.types import (
 INVALID_TOOL_CALL = "invalid_tool_call"
 
 ChatRunnable = Runnable[Sequence[BaseMessage], BaseMessageChunk]
-LoopRef = weakref.ref[asyncio.AbstractEventLoop]
 
 
 class LangChainProvider:
@@ -73,7 +66,7 @@ class LangChainProvider:
     ) -> None:
         self._sleep = sleep
         self._policy = policy
-        self._models: dict[ModelKey, tuple[LoopRef, BaseChatModel]] = {}
+        self._models: PerLoopCache[BaseChatModel] = PerLoopCache()
 
     def chat_model(self, config: ProviderConfig) -> BaseChatModel:
         """The cached chat model for ``config`` on the running event loop.
@@ -82,29 +75,14 @@ class LangChainProvider:
         runs every session in its own ``asyncio.run``; a model from a finished loop
         fails with "Event loop is closed", so it is replaced rather than reused.
         """
-        loop = asyncio.get_running_loop()
-        key = model_key(config)
-        cached = self._models.get(key)
-        if cached is not None and cached[0]() is loop:
-            return cached[1]
-        model = create_chat_model(config)
-        self._models[key] = (weakref.ref(loop), model)
-        return model
+        return self._models.get(model_key(config), lambda: create_chat_model(config))
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
         config = request.config
         try:
             model = self.chat_model(config)
-        except MissingEnvironmentVariable as exc:
-            yield ErrorInfo(AUTH, str(exc), retryable=False)
-            return
         except Exception as exc:
-            # A configuration the SDK rejects (unknown type, bad option): report, never raise.
-            yield ErrorInfo(
-                INVALID_REQUEST,
-                f"LLM provider {config.name!r}: cannot create the chat model: {exc}",
-                retryable=False,
-            )
+            yield creation_error(config, exc, "chat model")
             return
         messages = to_langchain_messages(request.messages)
         runnable: ChatRunnable = model
