@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
+from pathlib import Path
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -15,6 +17,10 @@ from django.db import models
 from llm.types import ProviderConfig
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The scripted backend's built-in investigation (llm/demo_script.py).
+DEMO_SCRIPT = "demo"
+# What the google-native backend can switch on (llm/google_native.py, _NATIVE_TOOLS).
+NATIVE_TOOLS = ("google_search", "code_execution", "url_context")
 
 
 class ProviderType(models.TextChoices):
@@ -34,6 +40,14 @@ BACKENDS_FOR_TYPE: dict[str, tuple[str, ...]] = {
     ProviderType.ANTHROPIC: ("langchain",),
     ProviderType.XAI: ("langchain",),
     ProviderType.VERTEXAI: ("langchain",),
+}
+NATIVE_TOOL_TYPES = (ProviderType.GOOGLE, ProviderType.VERTEXAI)
+# Shown in the "needs an API key variable" message.
+_KEY_EXAMPLE: dict[str, str] = {
+    ProviderType.GOOGLE: "GEMINI_API_KEY",
+    ProviderType.OPENAI: "OPENAI_API_KEY",
+    ProviderType.ANTHROPIC: "ANTHROPIC_API_KEY",
+    ProviderType.XAI: "XAI_API_KEY",
 }
 
 
@@ -84,22 +98,110 @@ class LLMProvider(models.Model):
         return f"{self.name} ({self.type}: {self.model or '-'})"
 
     def clean(self) -> None:
-        errors: dict[str, str] = {}
+        errors: dict[str, list[str]] = {}
+
+        def reject(field: str, message: str) -> None:
+            errors.setdefault(field, []).append(message)
+
         for field in ("api_key_env", "project_env", "location_env"):
             value = getattr(self, field)
             if value and not ENV_NAME_RE.match(value):
-                errors[field] = (
+                reject(
+                    field,
                     f"{value!r} is not an environment variable name; enter the variable's "
-                    "name (e.g. GEMINI_API_KEY), never the key itself."
+                    "name (e.g. GEMINI_API_KEY), never the key itself.",
                 )
         if self.type != ProviderType.SCRIPTED and not self.model:
-            errors["model"] = "A model name is required for this provider type."
-        if self.type == ProviderType.VERTEXAI and not (self.project_env and self.location_env):
-            errors["project_env"] = "Vertex AI needs both the project and the location variable."
-        if not isinstance(self.native_tools, list):
-            errors["native_tools"] = 'Enter a JSON list, e.g. ["google_search"].'
+            reject("model", "A model name is required for this provider type.")
+        if self.type == ProviderType.VERTEXAI:
+            for field, what in (("project_env", "project"), ("location_env", "location")):
+                if not getattr(self, field):
+                    reject(
+                        field,
+                        f"Vertex AI needs both the project and the location variable: enter "
+                        f"the name of the variable that holds the {what} "
+                        f"(e.g. GOOGLE_CLOUD_{what.upper()}).",
+                    )
+        if (
+            self.type in BACKENDS_FOR_TYPE  # an unknown type has its own error already
+            and self.type not in (ProviderType.SCRIPTED, ProviderType.VERTEXAI)
+            and not self.api_key_env
+            # A self-hosted OpenAI-compatible server (vLLM, Ollama) may need no key.
+            and not (self.type == ProviderType.OPENAI and self.base_url)
+        ):
+            reject(
+                "api_key_env",
+                f"A {self.get_type_display()} provider needs the name of the environment "
+                f"variable that holds its API key (e.g. {_KEY_EXAMPLE.get(self.type, 'API_KEY')})"
+                + (
+                    "; only an OpenAI-compatible server with a base URL may go without one."
+                    if self.type == ProviderType.OPENAI
+                    else "."
+                ),
+            )
+        if self.type == ProviderType.SCRIPTED and self.base_url:
+            reject("base_url", "A scripted provider calls no server: clear the base URL.")
+        self._clean_native_tools(reject)
+        self._clean_options(reject)
+        self._clean_default(reject)
         if errors:
             raise ValidationError(errors)
+
+    def _clean_native_tools(self, reject: Callable[[str, str], None]) -> None:
+        if not isinstance(self.native_tools, list):
+            reject("native_tools", 'Enter a JSON list, e.g. ["google_search"].')
+            return
+        if not self.native_tools:
+            return
+        if self.type not in NATIVE_TOOL_TYPES:
+            reject(
+                "native_tools",
+                "Native tools are Gemini features: only Google Gemini and Vertex AI providers "
+                "take them; empty the list ([]) for this type.",
+            )
+            return
+        unknown = [tool for tool in self.native_tools if tool not in NATIVE_TOOLS]
+        if unknown:
+            reject(
+                "native_tools",
+                f"Unknown native tool(s) {', '.join(map(repr, unknown))}; "
+                f"choose among {', '.join(NATIVE_TOOLS)}.",
+            )
+
+    def _clean_options(self, reject: Callable[[str, str], None]) -> None:
+        if not isinstance(self.options, dict):
+            reject("options", 'Enter a JSON object, e.g. {"script": "demo"}.')
+            return
+        if self.type != ProviderType.SCRIPTED or "script" not in self.options:
+            return  # without "script" the scripted backend plays the built-in demo
+        script = self.options["script"]
+        if script == DEMO_SCRIPT:
+            return
+        if not isinstance(script, str) or not script.strip():
+            reject(
+                "options",
+                f'options.script must be "{DEMO_SCRIPT}" or the path of a script file; '
+                f"got {script!r}.",
+            )
+        elif not Path(script).is_file():
+            reject(
+                "options",
+                f'options.script: no file at {script!r} on this server; use "{DEMO_SCRIPT}" '
+                "for the built-in demo or an absolute path the worker can read.",
+            )
+
+    def _clean_default(self, reject: Callable[[str, str], None]) -> None:
+        """At most one default, said plainly: the database constraint alone gives a
+        generic "constraint violated" in forms and an IntegrityError elsewhere."""
+        if not self.is_default:
+            return
+        current = LLMProvider.objects.filter(is_default=True).exclude(pk=self.pk).first()
+        if current is not None:
+            reject(
+                "is_default",
+                f"{current.name!r} is already the default provider; untick “is default” "
+                f"on {current.name!r} first, then save this one.",
+            )
 
     @property
     def key_is_set(self) -> bool:

@@ -1,0 +1,102 @@
+"""Fallback across real SDKs: OpenAI (via LangChain) answers 401, Gemini (google-native)
+takes over and finishes the investigation, calling a real MCP tool on the way."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm.models import LLMProvider
+from sessions import services
+from sessions.models import LLMInteraction, TimelineEvent
+from sessions.tasks import run_session
+from tests.llm.conftest import fake_gemini  # noqa: F401 - fixture
+from tests.llm.fakes import gemini
+from tests.llm.fakes.fixtures import openai_server  # noqa: F401 - fixture
+from tests.llm.fakes.openai_chat import openai_error
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_401_on_openai_falls_back_to_gemini(
+    openai_server,  # noqa: F811 - fixture
+    fake_gemini,  # noqa: F811 - fixture
+    tarsy_config,
+    monkeypatch,
+):
+    monkeypatch.setenv("TEST_OPENAI_KEY", "sk-test-not-real")
+    monkeypatch.setenv("TEST_GEMINI_KEY", "gemini-test-not-real")
+    openai_server.enqueue(openai_error(401, "Incorrect API key provided"))
+    fake_gemini.enqueue(
+        gemini.stream(
+            gemini.response(gemini.thought("The pods first.")),
+            gemini.response(
+                gemini.function_call("kubernetes__get_pods", {"namespace": "payments"}),
+                usage_metadata=gemini.usage(50, 10, thoughts=5),
+            ),
+        ),
+        gemini.stream(
+            gemini.response(gemini.text("payments-api is in CrashLoopBackOff.")),
+            gemini.response(gemini.text(""), usage_metadata=gemini.usage(90, 12)),
+        ),
+    )
+    LLMProvider.objects.create(
+        name="openai",
+        type="openai",
+        model="gpt-fake",
+        api_key_env="TEST_OPENAI_KEY",
+        base_url=openai_server.base_url,
+        is_default=True,
+    )
+    LLMProvider.objects.create(
+        name="gemini",
+        type="google",
+        model="gemini-2.5-flash",
+        api_key_env="TEST_GEMINI_KEY",
+        base_url=fake_gemini.base_url,
+    )
+    tarsy_config(
+        lambda config: config["defaults"].update(
+            fallback_providers=[{"provider": "gemini", "backend": "google-native"}]
+        )
+    )
+    session = services.session_create(
+        alert_type="kubernetes",
+        alert_data="namespace: payments",
+        chain_id="kubernetes-investigation",
+        author="t",
+    )
+
+    assert run_session(str(session.id)) == "completed"
+
+    session.refresh_from_db()
+    assert session.final_analysis == "payments-api is in CrashLoopBackOff."
+    assert len(openai_server.requests) == 1  # auth errors are not retried
+    fallback = TimelineEvent.objects.get(session=session, event_type="provider_fallback")
+    assert "'openai' (langchain, gpt-fake) failed" in fallback.content
+    assert "[auth_error]" in fallback.content
+    assert "sk-test-not-real" not in fallback.content
+    tool = TimelineEvent.objects.get(session=session, event_type="llm_tool_call")
+    assert tool.metadata["tool_name"] == "kubernetes.get_pods"
+    assert "payments-api" in tool.content  # the demo MCP server really answered
+    # Gemini got the tool's result back as a functionResponse on its second turn.
+    second = fake_gemini.bodies[1]
+    responses = [
+        part["functionResponse"]
+        for content in second["contents"]
+        for part in content["parts"]
+        if "functionResponse" in part
+    ]
+    assert responses[0]["name"] == "kubernetes__get_pods"
+    assert "payments-api" in str(responses[0]["response"])
+    calls = list(
+        LLMInteraction.objects.filter(session=session).values_list(
+            "provider", "backend", "error_code"
+        )
+    )
+    assert calls == [
+        ("openai", "langchain", "auth_error"),
+        ("gemini", "google-native", ""),
+        ("gemini", "google-native", ""),
+    ]
+    execution = session.executions.get()
+    assert (execution.llm_provider, execution.original_llm_provider) == ("gemini", "openai")
