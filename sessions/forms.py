@@ -24,6 +24,10 @@ class AlertForm(forms.Form):
         self.fields["alert_type"].choices = [(t, t) for t in config.alert_types]
         self.fields["alert_type"].initial = config.defaults.alert_type
 
+    def clean_data(self) -> str:
+        # Browsers submit textareas with CRLF line endings; the REST API keeps data as sent.
+        return self.cleaned_data["data"].replace("\r\n", "\n")
+
     def clean(self) -> dict:
         cleaned = super().clean()
         if "data" in cleaned and "alert_type" in cleaned:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -18,6 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -137,14 +139,19 @@ def deployment(
         _wait_for_health(dep)
         yield dep
     finally:
+        # SIGTERM to each leader only: qcluster then stops its sentinel and workers in
+        # order (a SIGTERM to its whole group kills the sentinel under it, and after a
+        # session has run the leader hangs until the SIGKILL below). Whatever is left in
+        # a group afterwards is killed.
         for process in dep.processes:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
+                os.kill(process.pid, signal.SIGTERM)
         for process in dep.processes:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=15)
 
 
 def _wait_for_health(dep: Deployment, timeout: float = 60) -> None:
@@ -175,3 +182,103 @@ def log_in(page, base_url: str) -> None:
     page.fill("#id_password", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(f"{base_url}/")
+
+
+@dataclass
+class FakeGeminiProcess:
+    """The fake Gemini API (``tests/llm/fakes/gemini.py``) running as its own process."""
+
+    url: str
+    record: Path
+    log: Path
+    process: subprocess.Popen
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The requests recorded so far: ``{"path", "query", "headers", "body"}``."""
+        if not self.record.exists():
+            return []
+        # A line is complete once its newline is written; the last piece may be partial.
+        lines = self.record.read_text().split("\n")[:-1]
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def wait_for_requests(self, count: int, timeout: float = 30) -> list[dict[str, Any]]:
+        """At least ``count`` recorded requests; the fake records a request only after it
+        has finished streaming the reply, so the client may be done slightly earlier."""
+        deadline = time.monotonic() + timeout
+        while True:
+            requests = self.requests()
+            if len(requests) >= count:
+                return requests
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the fake Gemini recorded {len(self.requests())} requests, not {count}, "
+                    f"in {timeout} s:\n{self.log_tail()}"
+                )
+            time.sleep(0.05)
+
+    def log_tail(self, lines: int = 60) -> str:
+        text = self.log.read_text(errors="replace").splitlines()[-lines:]
+        return f"--- {self.log.name} ---\n" + "\n".join(text)
+
+
+@contextlib.contextmanager
+def fake_gemini(
+    tmp_path: Path, replies: list[dict[str, Any]], *, timeout: float = 30
+) -> Iterator[FakeGeminiProcess]:
+    """Serve ``replies`` (the fake's JSON script format) from a separate process, so that
+    a deployment's worker process can reach it over HTTP; stopped on exit."""
+    script = tmp_path / "gemini-script.json"
+    script.write_text(json.dumps({"replies": replies}))
+    record = tmp_path / "gemini-requests.jsonl"
+    log = tmp_path / "fake-gemini.log"
+    command = [
+        sys.executable,
+        str(ROOT / "tests" / "llm" / "fakes" / "gemini.py"),
+        "--port",
+        "0",
+        "--script",
+        str(script),
+        "--record",
+        str(record),
+    ]
+    with log.open("w") as stderr:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        )
+    try:
+        url = _read_url(process, log, timeout)
+        yield FakeGeminiProcess(url, record, log, process)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def _read_url(process: subprocess.Popen, log: Path, timeout: float) -> str:
+    """The fake prints its URL on stdout once it listens."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    while (remaining := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select([process.stdout], [], [], min(remaining, 0.5))
+        if readable:
+            line = process.stdout.readline().strip()
+            if line.startswith("http://"):
+                return line
+            if not line and process.poll() is not None:
+                break
+        elif process.poll() is not None:
+            break
+    raise RuntimeError(
+        f"the fake Gemini did not start in {timeout} s:\n{log.read_text(errors='replace')}"
+    )

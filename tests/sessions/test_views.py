@@ -25,9 +25,10 @@ def test_the_form_creates_a_session_and_redirects_to_its_page(user):
     client = Client()
     client.force_login(user)
     response = client.post(
-        "/sessions/new/", {"alert_type": "PodCrashLooping", "data": "namespace: payments"}
+        "/sessions/new/", {"alert_type": "PodCrashLooping", "data": "namespace: payments\r\npod: x"}
     )
     session = AlertSession.objects.get()
+    assert session.alert_data == "namespace: payments\npod: x"  # the browser's CRLF normalized
     assert response.status_code == 302
     assert response.url == f"/sessions/{session.id}/"
     assert session.alert_type == "PodCrashLooping"
