@@ -30,6 +30,7 @@ from agents.config_types import (
     StdioTransport,
     TarsyConfig,
 )
+from llm.types import NATIVE_TOOLS
 
 AGENT_TYPES = {"": "iterating investigation agent with tools"}
 TOP_LEVEL_KEYS = {"defaults", "mcp_servers", "agents", "agent_chains", "system"}
@@ -56,6 +57,7 @@ AGENT_KEYS = {
     "llm_backend",
     "llm_provider",
     "fallback_providers",
+    "native_tools",
 }
 CHAIN_KEYS = {
     "alert_types",
@@ -334,8 +336,19 @@ class _Parser:
                 fallback_providers=self.fallbacks(
                     body.get("fallback_providers"), f"{key}.fallback_providers"
                 ),
+                native_tools=self.native_tools(body.get("native_tools"), f"{key}.native_tools"),
             )
         return agents
+
+    def native_tools(self, value: Any, key: str) -> tuple[str, ...] | None:
+        tools = self.string_list(value, key)
+        for index, tool in enumerate(tools or ()):
+            if tool not in NATIVE_TOOLS:
+                raise self.error(
+                    f"{key}[{index}]",
+                    f"unknown native tool {tool!r}; allowed: {', '.join(NATIVE_TOOLS)}",
+                )
+        return tools
 
     def parse_chains(
         self, raw: Any, agents: dict[str, AgentConfig], servers: dict[str, MCPServerConfig]

@@ -61,6 +61,8 @@ class AgentConfig:
     llm_backend: str | None = None
     llm_provider: str | None = None
     fallback_providers: tuple[FallbackProvider, ...] | None = None
+    # Gemini native tools for this agent; None: the provider's own setting.
+    native_tools: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ class ResolvedAgentConfig:
     llm_backend: str | None  # None: the provider type's default backend
     # Tried in order after the provider fails for good (non-retryable or retries spent).
     fallback_providers: tuple[FallbackProvider, ...] = ()
+    native_tools: tuple[str, ...] | None = None  # None: the provider's own setting
 
 
 @dataclass(frozen=True)
@@ -180,4 +183,5 @@ class TarsyConfig:
                 stage_agent.fallback_providers,
             )
             or (),
+            native_tools=agent.native_tools,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 
 from django.conf import settings
@@ -131,6 +132,14 @@ async def _run_stage(
     agent = config.resolve_agent(chain, stage_config, stage_config.agents[0])
     choice = await db(_resolve_provider)(agent.llm_provider, agent.llm_backend, agent.agent_name)
     fallbacks = await db(_resolve_fallbacks)(agent)
+    if agent.native_tools is not None:
+        # The agent's choice of Gemini native tools overrides its providers' rows.
+        choice, *fallbacks = [
+            dataclasses.replace(
+                c, config=dataclasses.replace(c.config, native_tools=agent.native_tools)
+            )
+            for c in (choice, *fallbacks)
+        ]
     execution = await db(services.execution_start)(
         stage=stage,
         agent_name=agent.agent_name,

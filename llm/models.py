@@ -14,13 +14,11 @@ from pathlib import Path
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from llm.types import ProviderConfig
+from llm.types import NATIVE_TOOLS, ProviderConfig
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The scripted backend's built-in investigation (llm/demo_script.py).
 DEMO_SCRIPT = "demo"
-# What the google-native backend can switch on (llm/google_native.py, _NATIVE_TOOLS).
-NATIVE_TOOLS = ("google_search", "code_execution", "url_context")
 
 
 class ProviderType(models.TextChoices):

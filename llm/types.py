@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+# Gemini's built-in tools that google-native can switch on (llm/google_native.py).
+NATIVE_TOOLS = ("google_search", "code_execution", "url_context")
+
 
 class Role(StrEnum):
     SYSTEM = "system"

@@ -261,3 +261,14 @@ def test_a_rate_must_have_both_prices(tmp_path):
     assert "system.cost_estimation.model_rates.m: missing output_per_million" in error_for(
         tmp_path, config
     )
+
+
+def test_agent_native_tools_are_checked(tmp_path):
+    config = with_change(["agents", "KubernetesAgent", "native_tools"], ["google_search", "web"])
+    message = error_for(tmp_path, config)
+    assert "agents.KubernetesAgent.native_tools[1]: unknown native tool 'web'" in message
+    config["agents"]["KubernetesAgent"]["native_tools"] = ["code_execution"]
+    loaded = load_config(write(tmp_path, config))
+    chain = loaded.chains["k8s"]
+    resolved = loaded.resolve_agent(chain, chain.stages[0], chain.stages[0].agents[0])
+    assert resolved.native_tools == ("code_execution",)

@@ -1,5 +1,5 @@
-"""Fallback across real SDKs: OpenAI (via LangChain) answers 401, Gemini (google-native)
-takes over and finishes the investigation, calling a real MCP tool on the way."""
+"""Agents on real SDKs against wire-format fakes: OpenAI answers 401 and Gemini
+(google-native) takes over; an agent's native tools reach Gemini's request."""
 
 from __future__ import annotations
 
@@ -100,3 +100,35 @@ def test_a_401_on_openai_falls_back_to_gemini(
     ]
     execution = session.executions.get()
     assert (execution.llm_provider, execution.original_llm_provider) == ("gemini", "openai")
+
+
+def test_an_agents_native_tools_reach_gemini_when_it_has_no_mcp_tools(
+    fake_gemini,  # noqa: F811 - fixture
+    tarsy_config,
+    monkeypatch,
+):
+    monkeypatch.setenv("TEST_GEMINI_KEY", "gemini-test-not-real")
+    fake_gemini.enqueue(gemini.stream(gemini.response(gemini.text("Searched; nothing wrong."))))
+    LLMProvider.objects.create(
+        name="gemini",
+        type="google",
+        model="gemini-2.5-flash",
+        api_key_env="TEST_GEMINI_KEY",
+        base_url=fake_gemini.base_url,
+        is_default=True,
+    )
+
+    def no_mcp_but_search(config):
+        config["defaults"]["llm_backend"] = "google-native"
+        agent = config["agents"]["KubernetesAgent"]
+        agent["mcp_servers"] = []
+        agent["native_tools"] = ["google_search"]
+
+    tarsy_config(no_mcp_but_search)
+    session = services.session_create(
+        alert_type="kubernetes", alert_data="d", chain_id="kubernetes-investigation", author="t"
+    )
+    assert run_session(str(session.id)) == "completed"
+    [body] = fake_gemini.bodies
+    tools = body.get("tools") or []
+    assert any("googleSearch" in tool or "google_search" in tool for tool in tools), tools
