@@ -34,6 +34,7 @@ from llm.types import (
     ToolDefinition,
     UsageInfo,
 )
+from tests.llm.conftest import Sleeps
 from tests.llm.fakes import gemini as g
 from tests.llm.fakes.gemini import FakeGemini
 
@@ -60,21 +61,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Sleeps:
-    """Records requested delays instead of sleeping."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, delay: float) -> None:
-        self.delays.append(delay)
-
-
-@pytest.fixture
-def sleeps() -> Sleeps:
-    return Sleeps()
 
 
 @pytest.fixture

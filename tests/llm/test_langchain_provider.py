@@ -36,6 +36,7 @@ from llm.types import (
     ToolDefinition,
     UsageInfo,
 )
+from tests.llm.conftest import Sleeps
 from tests.llm.fakes.anthropic_messages import (
     FakeAnthropicMessages,
     MessageStream,
@@ -95,21 +96,8 @@ CONVERSATION = (
 )
 
 
-class SleepRecorder:
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, delay: float) -> None:
-        self.delays.append(delay)
-
-
 @pytest.fixture
-def sleeps() -> SleepRecorder:
-    return SleepRecorder()
-
-
-@pytest.fixture
-def provider(sleeps: SleepRecorder) -> LangChainProvider:
+def provider(sleeps: Sleeps) -> LangChainProvider:
     return LangChainProvider(sleep=sleeps, policy=RetryPolicy(max_retries=3))
 
 
@@ -245,7 +233,7 @@ async def test_openai_request_carries_conversation_tools_and_key_from_env(
 
 
 async def test_openai_rate_limit_waits_for_retry_after_then_succeeds(
-    provider: LangChainProvider, openai_server: FakeOpenAIChat, sleeps: SleepRecorder
+    provider: LangChainProvider, openai_server: FakeOpenAIChat, sleeps: Sleeps
 ) -> None:
     openai_server.enqueue(
         openai_error(429, "Rate limit reached for requests", retry_after=7),
@@ -261,7 +249,7 @@ async def test_openai_rate_limit_waits_for_retry_after_then_succeeds(
 
 
 async def test_openai_bad_key_fails_at_once_without_retry(
-    provider: LangChainProvider, openai_server: FakeOpenAIChat, sleeps: SleepRecorder
+    provider: LangChainProvider, openai_server: FakeOpenAIChat, sleeps: Sleeps
 ) -> None:
     openai_server.enqueue(openai_error(401, "Incorrect API key provided"))
 
@@ -276,7 +264,7 @@ async def test_openai_bad_key_fails_at_once_without_retry(
 
 
 async def test_openai_server_errors_are_retried_with_backoff_until_the_budget_is_spent(
-    provider: LangChainProvider, openai_server: FakeOpenAIChat, sleeps: SleepRecorder
+    provider: LangChainProvider, openai_server: FakeOpenAIChat, sleeps: Sleeps
 ) -> None:
     openai_server.enqueue(*[openai_error(503, "The server is overloaded")] * 4)
 
@@ -302,7 +290,7 @@ async def test_openai_stream_cut_after_content_ends_with_a_retryable_error(
 
 
 async def test_openai_stream_cut_before_any_content_is_retried(
-    provider: LangChainProvider, openai_server: FakeOpenAIChat, sleeps: SleepRecorder
+    provider: LangChainProvider, openai_server: FakeOpenAIChat, sleeps: Sleeps
 ) -> None:
     openai_server.enqueue(
         ChatCompletionStream().text("lost").finish().reply(cut_after=0),
@@ -317,7 +305,7 @@ async def test_openai_stream_cut_before_any_content_is_retried(
 
 
 async def test_openai_empty_response_is_retried_then_succeeds(
-    provider: LangChainProvider, openai_server: FakeOpenAIChat, sleeps: SleepRecorder
+    provider: LangChainProvider, openai_server: FakeOpenAIChat, sleeps: Sleeps
 ) -> None:
     openai_server.enqueue(
         empty_completion(), ChatCompletionStream().text("an answer").finish().usage(9, 2).reply()
@@ -537,7 +525,7 @@ async def test_anthropic_gets_parallel_tool_results_back_in_one_user_turn(
 
 
 async def test_anthropic_rate_limit_waits_for_retry_after_then_succeeds(
-    provider: LangChainProvider, anthropic_server: FakeAnthropicMessages, sleeps: SleepRecorder
+    provider: LangChainProvider, anthropic_server: FakeAnthropicMessages, sleeps: Sleeps
 ) -> None:
     anthropic_server.enqueue(
         anthropic_error(
@@ -554,7 +542,7 @@ async def test_anthropic_rate_limit_waits_for_retry_after_then_succeeds(
 
 
 async def test_anthropic_overloaded_is_retried(
-    provider: LangChainProvider, anthropic_server: FakeAnthropicMessages, sleeps: SleepRecorder
+    provider: LangChainProvider, anthropic_server: FakeAnthropicMessages, sleeps: Sleeps
 ) -> None:
     anthropic_server.enqueue(
         anthropic_error(529, "Overloaded"), MessageStream().text("fine now").stop().reply()
@@ -567,7 +555,7 @@ async def test_anthropic_overloaded_is_retried(
 
 
 async def test_anthropic_bad_key_fails_at_once_without_retry(
-    provider: LangChainProvider, anthropic_server: FakeAnthropicMessages, sleeps: SleepRecorder
+    provider: LangChainProvider, anthropic_server: FakeAnthropicMessages, sleeps: Sleeps
 ) -> None:
     anthropic_server.enqueue(anthropic_error(401, "invalid x-api-key"))
 
@@ -607,7 +595,7 @@ async def test_anthropic_error_event_mid_stream_ends_with_a_retryable_error(
 
 
 async def test_anthropic_empty_message_is_retried_then_succeeds(
-    provider: LangChainProvider, anthropic_server: FakeAnthropicMessages, sleeps: SleepRecorder
+    provider: LangChainProvider, anthropic_server: FakeAnthropicMessages, sleeps: Sleeps
 ) -> None:
     anthropic_server.enqueue(empty_message(), MessageStream().text("an answer").stop().reply())
 
@@ -696,7 +684,7 @@ def gemini_config(server: FakeGeminiStream) -> ProviderConfig:
 
 
 async def test_google_per_minute_limit_waits_for_the_retry_delay_in_the_body(
-    provider: LangChainProvider, gemini_server: FakeGeminiStream, sleeps: SleepRecorder
+    provider: LangChainProvider, gemini_server: FakeGeminiStream, sleeps: Sleeps
 ) -> None:
     # Gemini words per-minute limits as "quota" and sends the delay in the body, not in a
     # Retry-After header; LangChain's wrapper of the SDK error carries neither.

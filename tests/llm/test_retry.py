@@ -19,6 +19,7 @@ from llm.types import (
     ToolCallDelta,
     UsageInfo,
 )
+from tests.llm.conftest import Sleeps
 
 USAGE = UsageInfo(input_tokens=3, output_tokens=2, total_tokens=5)
 
@@ -68,24 +69,11 @@ class Script:
             self.closed += 1
 
 
-class Sleeps:
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-
-    async def __call__(self, delay: float) -> None:
-        self.delays.append(delay)
-
-
 async def run(
     script: Callable[[], AsyncIterator[Delta]], sleeps: Sleeps, policy: RetryPolicy | None = None
 ) -> list[Delta]:
     stream = stream_with_retries(script, policy=policy or RetryPolicy(), sleep=sleeps)
     return [delta async for delta in stream]
-
-
-@pytest.fixture
-def sleeps() -> Sleeps:
-    return Sleeps()
 
 
 async def test_a_clean_stream_passes_through(sleeps: Sleeps) -> None:
