@@ -21,7 +21,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html_join
 
 from llm.models import BACKENDS_FOR_TYPE, LLMProvider, ProviderType
-from llm.provider_test import ProviderTestResult, test_provider, test_providers
+from llm.provider_probe import ProviderTestResult, probe_provider, probe_providers
 
 
 def variable_status(variable: str) -> str:
@@ -96,7 +96,7 @@ class LLMProviderAdmin(admin.ModelAdmin):
             for provider in queryset
             for backend in BACKENDS_FOR_TYPE.get(provider.type, ())
         ]
-        for (provider, _), result in zip(pairs, test_providers(pairs), strict=True):
+        for (provider, _), result in zip(pairs, probe_providers(pairs), strict=True):
             self._report(request, provider, result)
 
     def get_urls(self) -> list[URLPattern]:
@@ -120,7 +120,7 @@ class LLMProviderAdmin(admin.ModelAdmin):
         if not self.has_change_permission(request, provider):
             raise PermissionDenied
         backend = request.POST.get("backend") or provider.default_backend()
-        self._report(request, provider, test_provider(provider, backend=backend))
+        self._report(request, provider, probe_provider(provider, backend=backend))
         return HttpResponseRedirect(
             reverse(
                 f"admin:{self.opts.app_label}_{self.opts.model_name}_change",

@@ -19,7 +19,7 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 from django.urls import reverse
 
-from llm import provider_test
+from llm import provider_probe
 from llm.models import LLMProvider, ProviderType
 from tests.llm.fakes import gemini as g
 from tests.llm.fakes.fixtures import openai_server
@@ -456,7 +456,7 @@ def test_test_providers_runs_each_pair_with_its_own_timeout_and_keeps_order(
 
     # The 503 is retried after 1 s of backoff; the 0.5 s timeout ends that provider's
     # test while the demo answers at once.
-    results = provider_test.test_providers(
+    results = provider_probe.probe_providers(
         [(provider, "langchain"), (demo_provider, "scripted")], timeout=0.5
     )
 
@@ -644,7 +644,7 @@ def test_button_for_a_missing_provider_redirects_with_a_warning(admin_client: Cl
     assert [level for level, _ in shown_messages(response)] == [message_levels.WARNING]
 
 
-# -- test_provider itself -----------------------------------------------------------------
+# -- probe_provider itself -----------------------------------------------------------------
 
 
 def test_test_provider_reports_a_timeout(write_script: Any) -> None:
@@ -654,7 +654,7 @@ def test_test_provider_reports_a_timeout(write_script: Any) -> None:
         options={"script": write_script([{"text": "one two three"}], chunk_delay=5)},
     )
 
-    result = provider_test.test_provider(provider, timeout=0.05)
+    result = provider_probe.probe_provider(provider, timeout=0.05)
 
     assert (result.ok, result.backend, result.code) == (False, "scripted", "timeout")
     assert result.message == "no complete reply within 0.05 s"
@@ -670,9 +670,9 @@ def test_test_provider_reports_a_script_error_turn(write_script: Any) -> None:
         },
     )
 
-    result = provider_test.test_provider(provider)
+    result = provider_probe.probe_provider(provider)
 
-    assert result == provider_test.ProviderTestResult(
+    assert result == provider_probe.ProviderTestResult(
         ok=False,
         backend="scripted",
         message="slow down",
@@ -686,7 +686,7 @@ def test_test_provider_reports_an_empty_reply(write_script: Any) -> None:
         name="silent", type=ProviderType.SCRIPTED, options={"script": write_script([{}])}
     )
 
-    result = provider_test.test_provider(provider)
+    result = provider_probe.probe_provider(provider)
 
     assert (result.ok, result.code) == (False, "empty_response")
 
@@ -698,7 +698,7 @@ def test_test_provider_accepts_a_thinking_only_reply(write_script: Any) -> None:
         options={"script": write_script([{"thinking": "hmm " * 40}])},
     )
 
-    result = provider_test.test_provider(provider)
+    result = provider_probe.probe_provider(provider)
 
     assert result.ok
     assert result.message.startswith("replied with thinking only, “hmm hmm")

@@ -1,4 +1,4 @@
-"""One tiny real call to an LLM provider, for the "Test" buttons in Django admin.
+"""One tiny real call to an LLM provider (a probe), for the "Test" buttons in Django admin.
 
 The call goes through the same registry backend an investigation would use, so a
 success here means the worker can reach the model with this row's settings — as long
@@ -53,12 +53,11 @@ class ProviderTestResult:
     code: str = ""  # the classified error code; empty on success
 
 
-def test_provider(
+def probe_provider(
     provider: LLMProvider,
     *,
-    # PT028 takes test_* for a pytest test; it is not one (see __test__ below).
-    backend: str | None = None,  # noqa: PT028
-    timeout: float = DEFAULT_TIMEOUT,  # noqa: PT028
+    backend: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> ProviderTestResult:
     """Make one small real call through ``backend`` (default: the type's default one).
 
@@ -66,15 +65,15 @@ def test_provider(
     from a thread that already runs one.
     """
     config = provider.to_config()
-    return asyncio.run(_test(config, backend or provider.default_backend(), timeout))
+    return asyncio.run(_probe(config, backend or provider.default_backend(), timeout))
 
 
-def test_providers(
+def probe_providers(
     providers: Sequence[tuple[LLMProvider, str]],
     *,
-    timeout: float = DEFAULT_TIMEOUT,  # noqa: PT028 - not a pytest test either
+    timeout: float = DEFAULT_TIMEOUT,
 ) -> list[ProviderTestResult]:
-    """``test_provider`` for several (provider, backend) pairs at once, results in order.
+    """``probe_provider`` for several (provider, backend) pairs at once, results in order.
 
     Concurrent, so that testing ten providers costs the slowest call rather than the
     sum — the admin request waits for all of them.
@@ -83,19 +82,13 @@ def test_providers(
 
     async def run_all() -> list[ProviderTestResult]:
         return list(
-            await asyncio.gather(*(_test(config, backend, timeout) for config, backend in configs))
+            await asyncio.gather(*(_probe(config, backend, timeout) for config, backend in configs))
         )
 
     return asyncio.run(run_all()) if configs else []
 
 
-# Named test_* for the brief's API, but it is no pytest test: stop collection from
-# picking it up wherever it is imported into a test module.
-test_provider.__test__ = False  # type: ignore[attr-defined]
-test_providers.__test__ = False  # type: ignore[attr-defined]
-
-
-async def _test(config: ProviderConfig, backend: str, seconds: float) -> ProviderTestResult:
+async def _probe(config: ProviderConfig, backend: str, seconds: float) -> ProviderTestResult:
     started = time.monotonic()
 
     def result(ok: bool, message: str, code: str = "") -> ProviderTestResult:
