@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db import connection
 
 from sessions import selectors
 from sessions.models import SessionEvent
@@ -23,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 LIST_GROUP = "sessions"
 BATCH = 1000
+GAP_GRACE = 2.0  # seconds to wait for an uncommitted event before skipping its id
 
 
 def session_group(session_id: Any) -> str:
@@ -40,9 +44,43 @@ def event_message(event: SessionEvent) -> dict[str, Any]:
 
 
 class EventRelay:
-    def __init__(self, poll_interval: float) -> None:
+    def __init__(
+        self,
+        poll_interval: float,
+        *,
+        gap_grace: float = GAP_GRACE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.poll_interval = poll_interval
+        self.gap_grace = gap_grace
+        self.clock = clock
         self.cursor = 0
+        self._started = False  # a hole before the first event is history (deleted rows)
+        self._gap_seen_at: float | None = None
+
+    def deliverable(self, events: list[SessionEvent]) -> list[SessionEvent]:
+        """The events up to the first hole in the ids, or past it once it is stale.
+
+        PostgreSQL hands out ids when a row is inserted, not when it commits: event 11
+        of one session can be visible while event 10 of another is still in flight.
+        Moving the cursor past 10 would lose it for good, so the relay waits for a hole
+        to fill — briefly, because a rolled-back transaction leaves one for ever.
+        (SQLite commits one writer at a time, so its ids have no such holes.)
+        """
+        ready = []
+        expected = self.cursor + 1
+        for event in events:
+            if event.id > expected and self._started and self.gap_grace > 0:
+                now = self.clock()
+                if self._gap_seen_at is None:
+                    self._gap_seen_at = now
+                if now - self._gap_seen_at < self.gap_grace:
+                    break
+            self._gap_seen_at = None
+            self._started = True
+            ready.append(event)
+            expected = event.id + 1
+        return ready
 
     async def run(self) -> None:
         from asgiref.sync import sync_to_async
@@ -57,7 +95,7 @@ class EventRelay:
                 logger.exception("event relay: reading the event log failed; retrying")
                 await asyncio.sleep(1)
                 continue
-            for event in events:
+            for event in self.deliverable(events):
                 message = {"type": "relay.event", "event": event_message(event)}
                 await layer.group_send(session_group(event.session_id), message)
                 if event.type == SESSION_STATUS:
@@ -76,5 +114,7 @@ def ensure_relay_running() -> None:
     loop = asyncio.get_running_loop()
     # A relay from an event loop that has ended (tests run one loop each) is gone.
     if _relay_task is None or _relay_task.done() or _relay_task.get_loop() is not loop:
-        relay = EventRelay(settings.TARSY_RELAY_POLL_INTERVAL)
+        # SQLite commits one writer at a time, so its ids never have in-flight holes.
+        grace = 0.0 if connection.vendor == "sqlite" else GAP_GRACE
+        relay = EventRelay(settings.TARSY_RELAY_POLL_INTERVAL, gap_grace=grace)
         _relay_task = loop.create_task(relay.run(), name="tarsy-event-relay")

@@ -98,7 +98,10 @@ def deployment(
     env = {
         **os.environ,
         "TARSY_DATA_DIR": str(data_dir),
-        "DATABASE_URL": f"sqlite:///{data_dir / 'tarsy.sqlite3'}",
+        # TARSY_E2E_DATABASE_URL runs the deployment on another database (an empty
+        # PostgreSQL one, say); by default each deployment gets a fresh SQLite file.
+        "DATABASE_URL": os.environ.get("TARSY_E2E_DATABASE_URL")
+        or f"sqlite:///{data_dir / 'tarsy.sqlite3'}",
         "SECRET_KEY": "e2e-not-secret",
         "TARSY_WORKERS": "1",
         "TARSY_QUEUE_POLL": "0.05",
