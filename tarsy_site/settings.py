@@ -102,7 +102,15 @@ def _database() -> dict:
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
-    elif config["ENGINE"] != "django.db.backends.postgresql":
+    elif config["ENGINE"] == "django.db.backends.postgresql":
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            raise ImproperlyConfigured(
+                "DATABASE_URL is a PostgreSQL URL but its driver is not installed: "
+                "run .venv/bin/pip install -e '.[postgres]'"
+            ) from None
+    else:
         raise ImproperlyConfigured(
             f"DATABASE_URL uses {config['ENGINE']}; TARSy supports sqlite:// and postgres://"
         )
