@@ -49,6 +49,7 @@ class Deployment:
     data_dir: Path
     env: dict[str, str]
     processes: list[subprocess.Popen] = field(default_factory=list)
+    commands: dict[str, list[str]] = field(default_factory=dict)
     logs: list[Path] = field(default_factory=list)
 
     @property
@@ -70,6 +71,26 @@ class Deployment:
                 f"manage.py {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
             )
         return result.stdout
+
+    def start(self, name: str, *, log_mode: str = "w") -> subprocess.Popen:
+        log = self.data_dir / f"{name}.log"
+        return subprocess.Popen(
+            self.commands[name],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log.open(log_mode),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def crash_and_restart(self, name: str) -> None:
+        """Kill a process the hard way (no shutdown at all) and start a new one."""
+        index = list(self.commands).index(name)
+        old = self.processes[index]
+        os.killpg(old.pid, signal.SIGKILL)
+        old.wait(timeout=15)
+        self.processes[index] = self.start(name, log_mode="a")
+        _wait_for_health(self)
 
     def log_tail(self, lines: int = 60) -> str:
         out = []
@@ -125,20 +146,11 @@ def deployment(
         ],
         "qcluster": [sys.executable, "manage.py", "qcluster"],
     }
+    dep.commands = commands
     try:
-        for name, command in commands.items():
-            log = data_dir / f"{name}.log"
-            dep.logs.append(log)
-            dep.processes.append(
-                subprocess.Popen(
-                    command,
-                    cwd=ROOT,
-                    env=env,
-                    stdout=log.open("w"),
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
+        for name in commands:
+            dep.logs.append(data_dir / f"{name}.log")
+            dep.processes.append(dep.start(name))
         _wait_for_health(dep)
         yield dep
     finally:
