@@ -174,6 +174,8 @@ class IteratingController:
         text_item: TimelineEvent | None = None
         grounding: list[dict[str, Any]] = []
         started = time.monotonic()
+        # An interruption (timeout, cancellation) leaves the items streaming; the
+        # executor's clean-up (services.session_close_open_work) finishes them.
         async for delta in _bounded(run.choice.provider.generate(request)):
             if isinstance(delta, ThinkingDelta) and delta.content:
                 if thinking_item is None:

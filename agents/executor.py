@@ -78,6 +78,12 @@ async def _heartbeat(session_id: str) -> None:
 async def _fail(
     session: AlertSession, status: SessionStatus, message: str, *, explain: bool = True
 ) -> None:
+    work_status = (
+        ExecutionStatus.TIMED_OUT if status == SessionStatus.TIMED_OUT else ExecutionStatus.FAILED
+    )
+    await db(services.session_close_open_work)(
+        session_id=session.id, status=work_status, reason=message
+    )
     if explain:
         await db(services.timeline_event_add)(
             session=session,
@@ -100,18 +106,8 @@ async def _run_chain(session: AlertSession) -> str:
     result = AgentResult(ExecutionStatus.FAILED)
     for index, stage_config in enumerate(chain.stages):
         stage = await db(services.stage_start)(session=session, name=stage_config.name, index=index)
-        try:
-            result = await _run_stage(config, chain, stage_config, stage, session, previous)
-        except BaseException as exc:
-            status = (
-                ExecutionStatus.TIMED_OUT
-                if isinstance(exc, TimeoutError)
-                else ExecutionStatus.FAILED
-            )
-            if isinstance(exc, asyncio.CancelledError):
-                status = ExecutionStatus.CANCELLED
-            await db(services.stage_finish)(stage=stage, status=status, error_message=str(exc))
-            raise
+        # An exception leaves the stage open; _fail closes it with the session's status.
+        result = await _run_stage(config, chain, stage_config, stage, session, previous)
         await db(services.stage_finish)(
             stage=stage, status=result.status, error_message=result.error
         )
@@ -150,7 +146,6 @@ async def _run_stage(
     )
     recorder = Recorder(session, execution)
     servers = {name: config.mcp_servers[name] for name in agent.mcp_servers}
-    result = AgentResult(ExecutionStatus.FAILED, error="not started")
     try:
         async with ToolBox(servers) as tools:
             run = AgentRun(
@@ -175,14 +170,14 @@ async def _run_stage(
         await recorder.add_item(
             TimelineEventType.ERROR, str(exc), status=TimelineEventStatus.FAILED
         )
-    finally:
-        await db(services.execution_finish)(
-            execution=execution,
-            status=result.status,
-            final_analysis=result.final_analysis,
-            error_message=result.error,
-            iterations=result.iterations,
-        )
+    # An exception leaves the execution open; _fail closes it with the session's status.
+    await db(services.execution_finish)(
+        execution=recorder.execution,
+        status=result.status,
+        final_analysis=result.final_analysis,
+        error_message=result.error,
+        iterations=result.iterations,
+    )
     return result
 
 

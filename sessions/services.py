@@ -131,6 +131,37 @@ def session_finish(
     return True
 
 
+def session_close_open_work(*, session_id: Any, status: ExecutionStatus, reason: str) -> None:
+    """Finish whatever an interrupted run left open: streaming items keep the text they
+    had streamed (rebuilt from their chunks) and end failed; active executions and
+    stages end with ``status``."""
+    now = timezone.now()
+    with transaction.atomic():
+        open_items = list(
+            TimelineEvent.objects.filter(
+                session_id=session_id, status=TimelineEventStatus.STREAMING
+            )
+        )
+        if open_items:
+            from sessions.selectors import latest_event_id, streamed_text
+
+            streamed = streamed_text([i.id for i in open_items], up_to_event_id=latest_event_id())
+            for item in open_items:
+                timeline_event_complete(
+                    event=item,
+                    content=streamed.get(item.id) or f"Interrupted: {reason}",
+                    status=TimelineEventStatus.FAILED,
+                    metadata={"interrupted": reason},
+                )
+        AgentExecution.objects.filter(
+            session_id=session_id, status__in=[ExecutionStatus.PENDING, ExecutionStatus.ACTIVE]
+        ).update(status=status, error_message=reason, completed_at=now)
+        for stage in Stage.objects.filter(
+            session_id=session_id, status__in=[ExecutionStatus.PENDING, ExecutionStatus.ACTIVE]
+        ):
+            stage_finish(stage=stage, status=status, error_message=reason)
+
+
 def sessions_time_out_orphans(*, threshold_seconds: float) -> list[AlertSession]:
     """Mark running sessions whose worker stopped heart-beating as timed out."""
     cutoff = timezone.now() - timedelta(seconds=threshold_seconds)
@@ -144,6 +175,9 @@ def sessions_time_out_orphans(*, threshold_seconds: float) -> list[AlertSession]
             f"for more than {int(threshold_seconds)} s; the session was marked timed out."
         )
         with transaction.atomic():
+            session_close_open_work(
+                session_id=session.id, status=ExecutionStatus.TIMED_OUT, reason=message
+            )
             timeline_event_add(
                 session=session,
                 event_type=TimelineEventType.ERROR,

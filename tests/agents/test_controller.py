@@ -235,3 +235,21 @@ def test_a_silent_model_times_out_before_its_first_delta(scripted_provider, sett
     error = TimelineEvent.objects.get(session=session, event_type="error")
     assert "no response from the model within 0.3 s" in error.content
     assert LLMInteraction.objects.get(session=session).error_code == "timeout"
+
+
+def test_a_session_timeout_mid_stream_keeps_the_partial_output(scripted_provider, settings):
+    settings.TARSY_SESSION_TIMEOUT = 1.5
+    words = [f"w{n}" for n in range(100)]
+    scripted_provider([{"thinking": " ".join(words), "chunk_delay": 0.05}])
+    session = submit()
+    assert run_session(str(session.id)) == "timed_out"
+    session.refresh_from_db()
+    assert session.status == "timed_out"
+    assert "exceeded its timeout of 1 s" in session.error_message
+    thinking = TimelineEvent.objects.get(session=session, event_type="llm_thinking")
+    assert thinking.status == "failed"
+    streamed = thinking.content.split()
+    assert 5 < len(streamed) < len(words)
+    assert streamed == words[: len(streamed)]
+    assert not TimelineEvent.objects.filter(session=session, status="streaming").exists()
+    assert session.stages.get().status == "timed_out"

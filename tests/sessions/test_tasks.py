@@ -62,8 +62,20 @@ def test_orphaned_sessions_are_timed_out(settings):
     settings.TARSY_ORPHAN_THRESHOLD = 60
     session = submit()
     services.session_claim(session_id=session.id, worker_id="dead-worker")
+    stage = services.stage_start(session=session, name="investigation", index=0)
+    half_said = services.timeline_event_add(
+        session=session, event_type="llm_thinking", status="streaming"
+    )
+    services.timeline_event_chunk(event=half_said, delta="The pods are ")
+    services.timeline_event_chunk(event=half_said, delta="crash")
     AlertSession.objects.filter(id=session.id).update(heartbeat_at="2020-01-01T00:00:00Z")
+
     assert reap_orphans() == 1
+
     session.refresh_from_db()
     assert session.status == "timed_out"
     assert "dead-worker" in TimelineEvent.objects.get(session=session, event_type="error").content
+    half_said.refresh_from_db()
+    assert (half_said.status, half_said.content) == ("failed", "The pods are crash")
+    stage.refresh_from_db()
+    assert stage.status == "timed_out"
