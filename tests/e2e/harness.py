@@ -132,6 +132,8 @@ def deployment(
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     dep = Deployment(f"http://127.0.0.1:{port}", data_dir, env)
     dep.manage("migrate", "--no-input", "-v0")
+    if os.environ.get("TARSY_E2E_DATABASE_URL"):
+        dep.manage("flush", "--no-input", "-v0")  # a shared database: start empty
     dep.manage("shell", "-c", _provider_setup_code(provider))
     commands = {
         "daphne": [

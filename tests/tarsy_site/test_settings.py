@@ -51,3 +51,12 @@ def test_booleans_numbers_and_lists(monkeypatch):
         env_float("X_FLOAT", 1.0)
     monkeypatch.setenv("X_LIST", "a.example, b.example,,")
     assert env_list("X_LIST", []) == ["a.example", "b.example"]
+
+
+def test_a_missing_postgres_driver_says_how_to_install_it(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import now raises ImportError
+    monkeypatch.setenv("DATABASE_URL", "postgres://tarsy@localhost/tarsy")
+    with pytest.raises(ImproperlyConfigured, match=r"pip install -e '\.\[postgres\]'"):
+        tarsy_settings._database()
