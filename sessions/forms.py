@@ -6,6 +6,15 @@ from agents.config import get_config
 from sessions.intake import AlertRejected, ValidAlert, validate_alert
 
 
+# Pre-filled so a first-time user can submit at once; it matches the bundled demo cluster.
+EXAMPLE_ALERT = """alert: PodCrashLooping
+severity: critical
+cluster: prod-eu-west-1
+namespace: payments
+deployment: payments-api
+summary: payments-api pods are restarting repeatedly (CrashLoopBackOff)"""
+
+
 class AlertForm(forms.Form):
     alert_type = forms.ChoiceField()
     data = forms.CharField(
@@ -23,6 +32,7 @@ class AlertForm(forms.Form):
         config = get_config()
         self.fields["alert_type"].choices = [(t, t) for t in config.alert_types]
         self.fields["alert_type"].initial = config.defaults.alert_type
+        self.fields["data"].initial = EXAMPLE_ALERT
 
     def clean_data(self) -> str:
         # Browsers submit textareas with CRLF line endings; the REST API keeps data as sent.

@@ -97,3 +97,11 @@ def test_the_demo_banner_shows_when_the_default_provider_is_scripted(user, demo_
     demo_provider.is_default = False
     demo_provider.save()
     assert "demo LLM provider" not in client.get("/").content.decode()
+
+
+def test_the_form_offers_an_example_alert(user):
+    client = Client()
+    client.force_login(user)
+    page = client.get("/sessions/new/").content.decode()
+    assert "namespace: payments" in page
+    assert "PodCrashLooping" in page
