@@ -5,7 +5,6 @@ from django import forms
 from agents.config import get_config
 from sessions.intake import AlertRejected, ValidAlert, validate_alert
 
-
 # Pre-filled so a first-time user can submit at once; it matches the bundled demo cluster.
 EXAMPLE_ALERT = """alert: PodCrashLooping
 severity: critical
