@@ -13,14 +13,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import Mapping
 from dataclasses import asdict
 from types import TracebackType
 from typing import Any
 
-from agents.config_types import MCPServerConfig
+from agents.config_types import MCPServerConfig, TarsyConfig
 from agents.mcp_client import MCPClientPool, ToolResult
 from llm.types import ToolDefinition
+
+logger = logging.getLogger(__name__)
 
 # Per worker process: servers' configuration → the tools they listed last time.
 _CATALOG: dict[str, list[ToolDefinition]] = {}
@@ -73,3 +76,31 @@ class ToolBox:
         if self._key not in _CATALOG:
             _CATALOG[self._key] = await pool.list_tools()
         return await pool.call_tool(name, arguments)
+
+
+def agent_servers(config: TarsyConfig) -> list[dict[str, MCPServerConfig]]:
+    """Each distinct set of MCP servers an agent of ``config`` runs with."""
+    sets: dict[str, dict[str, MCPServerConfig]] = {}
+    for chain in config.chains.values():
+        for stage in chain.stages:
+            for stage_agent in stage.agents:
+                agent = config.resolve_agent(chain, stage, stage_agent)
+                servers = {name: config.mcp_servers[name] for name in agent.mcp_servers}
+                if servers:
+                    sets[_fingerprint(servers)] = servers
+    return list(sets.values())
+
+
+def warm_catalog(config: TarsyConfig, *, timeout: float = 30.0) -> None:
+    """List every agent's tools once, so that the processes forked from this one start
+    with a catalog. A server that fails here is only logged: sessions report it."""
+
+    async def warm() -> None:
+        for servers in agent_servers(config):
+            try:
+                async with asyncio.timeout(timeout), ToolBox(servers) as tools:
+                    await tools.list_tools()
+            except Exception as exc:
+                logger.warning("MCP servers %s: could not list tools: %s", list(servers), exc)
+
+    asyncio.run(warm())

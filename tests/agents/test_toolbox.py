@@ -53,3 +53,16 @@ async def test_a_server_that_cannot_start_fails_the_first_call():
 async def test_leaving_before_the_servers_are_up_stops_them():
     async with ToolBox(DEMO):
         pass  # cancelled mid-start; must not hang or leak
+
+
+def test_warming_fills_the_catalog_for_each_agents_servers():
+    from pathlib import Path
+
+    from agents.config import load_config
+    from agents.toolbox import _fingerprint, agent_servers, warm_catalog
+
+    config = load_config(Path(__file__).parents[2] / "agents" / "tarsy.yaml")
+    [servers] = agent_servers(config)
+    assert list(servers) == ["kubernetes"]
+    warm_catalog(config)
+    assert "kubernetes.get_pods" in [t.name for t in toolbox._CATALOG[_fingerprint(servers)]]

@@ -1,0 +1,456 @@
+"""Masking of MCP tool results and alert data (agents.masking); pure Python, no database."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import pytest
+import yaml
+
+from agents import masking
+from agents.demo_mcp.server import DemoCluster
+from agents.masking import (
+    PATTERN_NAMES,
+    SECRET_VALUE_MARKER,
+    WITHHELD_NOTICE,
+    mask_alert,
+    mask_tool_result,
+)
+
+SECRET_JSON = {
+    "apiVersion": "v1",
+    "data": {"password": "aHVudGVyMg==", "username": "cGF5bWVudHM="},
+    "kind": "Secret",
+    "metadata": {"name": "payments-db-credentials", "namespace": "payments"},
+    "type": "Opaque",
+}
+CONFIGMAP_JSON = {
+    "apiVersion": "v1",
+    "data": {"LOG_LEVEL": "info", "FEATURE_FLAGS": "fast-checkout"},
+    "kind": "ConfigMap",
+    "metadata": {"name": "payments-config", "namespace": "payments"},
+}
+
+# The shape of `kubectl get secret payments-db-credentials -o yaml`.
+SECRET_YAML = """\
+apiVersion: v1
+data:
+  password: aHVudGVyMg==
+  tls.key: TFMwdExTMUNSVWRKVGlCUVVrbFdRVlJG
+kind: Secret
+metadata:
+  annotations:
+    kubectl.kubernetes.io/last-applied-configuration: |
+      {"apiVersion":"v1","data":{"password":"aHVudGVyMg=="},"kind":"Secret","metadata":{"name":"payments-db-credentials","namespace":"payments"}}
+  creationTimestamp: "2025-10-02T09:14:11Z"
+  name: payments-db-credentials
+  namespace: payments
+stringData:
+  url: postgres://payments:hunter2@postgres:5432/payments
+type: Opaque
+"""
+SECRET_VALUES = ("aHVudGVyMg==", "TFMwdExTMUNSVWRKVGlCUVVrbFdRVlJG", "hunter2", "cGF5bWVudHM=")
+
+
+def assert_no_secret_values(text: str) -> None:
+    for value in SECRET_VALUES:
+        assert value not in text
+
+
+# --- Kubernetes Secrets -------------------------------------------------------------------
+
+
+def test_secret_in_json_keeps_keys_and_masks_values() -> None:
+    masked = mask_tool_result(json.dumps(SECRET_JSON))
+    assert_no_secret_values(masked)
+    parsed = json.loads(masked)
+    assert parsed["data"] == {"password": SECRET_VALUE_MARKER, "username": SECRET_VALUE_MARKER}
+    assert parsed["metadata"] == SECRET_JSON["metadata"]
+    assert masked == json.dumps(parsed, indent=2)  # re-serialized as indented JSON
+
+
+def test_secret_in_kubectl_yaml_including_last_applied_annotation() -> None:
+    masked = mask_tool_result(SECRET_YAML)
+    assert_no_secret_values(masked)
+    parsed = yaml.safe_load(masked)
+    assert parsed["data"] == {"password": SECRET_VALUE_MARKER, "tls.key": SECRET_VALUE_MARKER}
+    assert parsed["stringData"] == {"url": SECRET_VALUE_MARKER}
+    assert parsed["metadata"]["name"] == "payments-db-credentials"
+    assert list(parsed) == ["apiVersion", "data", "kind", "metadata", "stringData", "type"]
+    annotation = parsed["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+    assert json.loads(annotation)["data"] == {"password": SECRET_VALUE_MARKER}
+    assert json.loads(annotation)["metadata"]["namespace"] == "payments"
+
+
+def test_secret_list_masks_every_item() -> None:
+    second = {**SECRET_JSON, "data": {"token": "c2VydmljZS10b2tlbg=="}}
+    secret_list = {"apiVersion": "v1", "kind": "SecretList", "items": [SECRET_JSON, second]}
+    masked = mask_tool_result(json.dumps(secret_list))
+    assert "c2VydmljZS10b2tlbg==" not in masked
+    assert_no_secret_values(masked)
+    items = json.loads(masked)["items"]
+    assert [set(item["data"].values()) for item in items] == [{SECRET_VALUE_MARKER}] * 2
+    assert list(items[1]["data"]) == ["token"]
+
+
+def test_list_masks_the_secret_and_leaves_the_configmap_alone() -> None:
+    mixed = {"apiVersion": "v1", "kind": "List", "items": [SECRET_JSON, CONFIGMAP_JSON]}
+    for text in (json.dumps(mixed), yaml.safe_dump(mixed, sort_keys=False)):
+        masked = mask_tool_result(text)
+        assert_no_secret_values(masked)
+        items = (json.loads if text.startswith("{") else yaml.safe_load)(masked)["items"]
+        assert items[0]["data"]["password"] == SECRET_VALUE_MARKER
+        assert items[1] == CONFIGMAP_JSON
+
+
+def test_configmap_alone_is_returned_byte_for_byte() -> None:
+    text = json.dumps(CONFIGMAP_JSON)  # compact: proves it was not even re-serialized
+    assert mask_tool_result(text) == text
+    as_yaml = yaml.safe_dump(CONFIGMAP_JSON)
+    assert mask_tool_result(as_yaml) == as_yaml
+
+
+def test_truncated_secret_json_is_masked_by_the_text_fallback() -> None:
+    text = json.dumps({"apiVersion": "v1", "kind": "Secret", "data": {"password": "aHVudGVyMg==", "x": "eA=="}})
+    truncated = text[:-3]  # a tool output cut off mid-document does not parse
+    masked = mask_tool_result(truncated)
+    assert_no_secret_values(masked)
+    assert "eA==" not in masked
+    assert '"password"' in masked
+
+
+def test_secret_yaml_inside_prose_is_masked_by_the_text_fallback() -> None:
+    text = "Here is what I found:\n\t" + SECRET_YAML  # a tab: not valid YAML any more
+    masked = mask_tool_result(text)
+    assert_no_secret_values(masked)
+    assert "  password: '[MASKED_SECRET_VALUE]'" in masked
+    assert "name: payments-db-credentials" in masked
+
+
+def test_kubectl_describe_secret_shows_sizes_only_and_is_unchanged() -> None:
+    text = (
+        "Name:         payments-db-credentials\nNamespace:    payments\nLabels:       <none>\n"
+        "Annotations:  <none>\n\nType:  Opaque\n\nData\n====\npassword:  16 bytes\n"
+        "username:  8 bytes\ntoken:  1066 bytes\n"
+    )
+    assert mask_tool_result(text) == text
+
+
+# --- Regex patterns -------------------------------------------------------------------------
+
+MASKED = [
+    ("api_key: 0123456789abcdef", "api_key: [MASKED_API_KEY]"),
+    ("X-API-Key: sk-live-51H8xyz", "X-API-Key: [MASKED_API_KEY]"),
+    ('{"apikey": "abc123"}', '{"apikey": "[MASKED_API_KEY]"}'),
+    ("password: hunter2", "password: [MASKED_PASSWORD]"),
+    ("DATABASE_PASSWORD=s3cr3t;x&y", "DATABASE_PASSWORD=[MASKED_PASSWORD]"),
+    ('{"db_passwd": "s3cr3t", "port": 5432}', '{"db_passwd": "[MASKED_PASSWORD]", "port": 5432}'),
+    ('{"pwd": 123456, "user": "bob"}', '{"pwd": "[MASKED_PASSWORD]", "user": "bob"}'),
+    ("login pwd=abc user=bob", "login pwd=[MASKED_PASSWORD] user=bob"),
+    ("DB_PASSWORD:  hunter2", "DB_PASSWORD:  [MASKED_PASSWORD]"),
+    ("token: abc123def", "token: [MASKED_TOKEN]"),
+    ('"access_token":"ya29.a0AfH6"', '"access_token":"[MASKED_TOKEN]"'),
+    ("Authorization: Bearer abcDEF123456.xyz_-~+/=", "Authorization: Bearer [MASKED_TOKEN]"),
+    ("kubectl get pods --token=abc123", "kubectl get pods --token=[MASKED_TOKEN]"),
+    ("kubectl get pods --token abc123", "kubectl get pods --token [MASKED_TOKEN]"),
+    ("AWS key AKIAIOSFODNN7EXAMPLE used", "AWS key [MASKED_AWS_ACCESS_KEY] used"),
+    (
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "aws_secret_access_key = [MASKED_AWS_SECRET_KEY]",
+    ),
+    ("GITHUB_TOKEN=ghp_" + "a1B2" * 9, "GITHUB_TOKEN=[MASKED_GITHUB_TOKEN]"),
+    ("push with gho_" + "Z" * 40 + " failed", "push with [MASKED_GITHUB_TOKEN] failed"),
+    ("hook xoxb-1234567890-abcdefghij ok", "hook [MASKED_SLACK_TOKEN] ok"),
+    ("client_secret: abc123", "client_secret: [MASKED_SECRET]"),
+    ("SECRET_KEY=django-insecure-x", "SECRET_KEY=[MASKED_SECRET]"),
+    (
+        "id eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk ok",
+        "id [MASKED_JWT] ok",
+    ),
+    ("private_key: c2VjcmV0", "private_key: [MASKED_PRIVATE_KEY]"),
+    ("- name: DB_PASSWORD\n  value: hunter2", "- name: DB_PASSWORD\n  value: [MASKED_ENV_SECRET_VALUE]"),
+    (
+        '{"name": "API_TOKEN", "value": "abc"}',
+        '{"name": "API_TOKEN", "value": "[MASKED_ENV_SECRET_VALUE]"}',
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), MASKED)
+def test_pattern_masks_the_value_and_keeps_the_key(text: str, expected: str) -> None:
+    assert mask_tool_result(text) == expected
+    assert mask_alert(text) == expected
+
+
+UNCHANGED = [
+    'FATAL: password authentication failed for user "payments"',
+    "password authentication failed for user payments",
+    "WARN config: DATABASE_PASSWORD is not set; connecting without a password",
+    "fe_sendauth: no password supplied",
+    "401 Unauthorized: token expired",
+    "Bearer token expired, refreshing",
+    'WWW-Authenticate: Bearer realm="api", error="invalid_token"',
+    "required env: DATABASE_PASSWORD, API_KEY, GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY",
+    "DATABASE_PASSWORD=",
+    'password: ""',
+    "password: ***",
+    "password: [MASKED_PASSWORD]",
+    "POSTGRES_PASSWORD:  <set to the key 'password' in secret 'payments-db-credentials'>",
+    "password: ${DB_PASSWORD}",
+    "token: null",
+    "automountServiceAccountToken: false",
+    "prompt_tokens: 1234, completion_tokens: 56",
+    "Tokens:  <none>",
+    "PWD=/app\nOLDPWD=/",
+    "open /etc/passwd: permission denied",
+    "paged oncall: jane.doe@example.com and sre-team@example.org",
+    "REDIS_URL: redis://redis.payments.svc:6379/0",
+    "Readiness: http-get http://:8080/healthz/ready delay=5s",
+    'MountVolume.SetUp failed for volume "tls" : secret "payments-tls" not found',
+    "secretKeyRef: {key: password, name: payments-db-credentials}",
+    "- name: LOG_LEVEL\n  value: info",
+    "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----",
+    "certificate-authority-data: DATA+OMITTED\nclient-key-data: REDACTED",
+    "git clone git@github.com:org/repo.git",
+]
+
+
+@pytest.mark.parametrize("text", UNCHANGED)
+def test_evidence_and_placeholders_are_not_masked(text: str) -> None:
+    assert mask_tool_result(text) == text
+    assert mask_alert(text) == text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgres://payments:hunter2@postgres.payments.svc:5432/payments",
+        "redis://:hunter2@redis.payments.svc:6379/0",
+        "amqp://user:p@ss:w@rd@rabbit:5672",
+    ],
+)
+def test_url_userinfo_password_is_masked_but_user_and_host_kept(url: str) -> None:
+    masked = mask_tool_result(f"DATABASE_URL={url} (from env)")
+    assert "hunter2" not in masked
+    assert "p@ss" not in masked
+    assert "[MASKED_PASSWORD]@" in masked
+    assert masked.endswith(" (from env)")
+    scheme, rest = url.split("://")
+    user = rest.split(":")[0]
+    host = rest.rsplit("@", 1)[1]
+    assert f"{scheme}://{user}:[MASKED_PASSWORD]@{host}" in masked
+
+
+@pytest.mark.parametrize(
+    ("label", "marker"),
+    [
+        ("RSA PRIVATE KEY", "[MASKED_PRIVATE_KEY]"),
+        ("PRIVATE KEY", "[MASKED_PRIVATE_KEY]"),
+        ("ENCRYPTED PRIVATE KEY", "[MASKED_PRIVATE_KEY]"),
+        ("EC PRIVATE KEY", "[MASKED_PRIVATE_KEY]"),
+        ("OPENSSH PRIVATE KEY", "[MASKED_SSH_PRIVATE_KEY]"),
+        ("CERTIFICATE", "[MASKED_CERTIFICATE]"),
+    ],
+)
+def test_pem_block_is_masked_whole(label: str, marker: str) -> None:
+    body = "Proc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,ABCDEF\n\nMIIEowIBAAKCAQEA7bq+x/y\nZm9vYmFy==\n"
+    text = f"before\n-----BEGIN {label}-----\n{body}-----END {label}-----\nafter"
+    assert mask_tool_result(text) == f"before\n{marker}\nafter"
+
+
+def test_pem_block_cut_off_without_end_line_is_still_masked() -> None:
+    text = "key follows\n-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7bq\nZm9vYmFy"
+    assert mask_tool_result(text) == "key follows\n[MASKED_PRIVATE_KEY]"
+
+
+def test_pem_block_inside_a_json_string_keeps_the_json_valid() -> None:
+    pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBg\n-----END PRIVATE KEY-----\n"
+    masked = mask_tool_result(json.dumps({"tls.key": pem, "other": "kept"}))
+    assert json.loads(masked) == {"tls.key": "[MASKED_PRIVATE_KEY]\n", "other": "kept"}
+
+
+def test_kubeconfig_fields_are_masked() -> None:
+    kubeconfig = """\
+apiVersion: v1
+clusters:
+- cluster:
+    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t
+    server: https://10.0.0.1:6443
+  name: prod
+users:
+- name: admin
+  user:
+    client-certificate-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUM=
+    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQ==
+    token: 9f8e7d6c5b4a
+"""
+    masked = mask_tool_result(kubeconfig)
+    assert "LS0t" not in masked
+    assert "9f8e7d6c5b4a" not in masked
+    assert "    certificate-authority-data: [MASKED_KUBECONFIG_DATA]\n" in masked
+    assert "    client-certificate-data: [MASKED_KUBECONFIG_DATA]\n" in masked
+    assert "    client-key-data: [MASKED_KUBECONFIG_DATA]\n" in masked
+    assert "    token: [MASKED_TOKEN]\n" in masked
+    assert "server: https://10.0.0.1:6443" in masked
+
+
+def test_every_pattern_name_has_a_positive_case() -> None:
+    masked = " ".join(mask_tool_result(text) for text, _ in MASKED)
+    masked += mask_tool_result("-----BEGIN OPENSSH PRIVATE KEY-----\nx\n-----END OPENSSH PRIVATE KEY-----")
+    masked += mask_tool_result("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----")
+    masked += mask_tool_result("client-key-data: eA==")
+    for name in PATTERN_NAMES:
+        assert f"[MASKED_{name.upper()}]" in masked, name
+
+
+# --- Idempotence, failure modes, speed ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps(SECRET_JSON),
+        SECRET_YAML,
+        "Here is what I found:\n\t" + SECRET_YAML,
+        json.dumps({"apiVersion": "v1", "kind": "Secret", "data": {"password": "eA=="}})[:-3],
+        "\n".join(text for text, _ in MASKED),
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
+        "postgres://payments:hunter2@postgres:5432/payments",
+    ],
+)
+def test_masking_is_idempotent(text: str) -> None:
+    once = mask_tool_result(text)
+    assert once != text
+    assert mask_tool_result(once) == once
+    assert mask_alert(once) == once
+
+
+def test_tool_result_fails_closed(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def explode(text: str, depth: int = 0) -> str:
+        raise RuntimeError(f"boom while reading {text}")
+
+    monkeypatch.setattr(masking, "_mask_k8s_secrets", explode)
+    text = "password: hunter2 and other things the LLM must not see"
+    with caplog.at_level(logging.DEBUG, logger="agents.masking"):
+        result = mask_tool_result(text)
+    assert result == WITHHELD_NOTICE
+    assert "hunter2" not in result
+    assert "RuntimeError" in caplog.text
+    assert "hunter2" not in caplog.text  # the log gets the exception type only
+
+
+def test_tool_result_fails_closed_when_a_pattern_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    def explode(text: str) -> str:
+        raise MemoryError
+
+    monkeypatch.setattr(masking, "_mask_patterns", explode)
+    assert mask_tool_result("anything") == WITHHELD_NOTICE
+
+
+def test_alert_fails_open(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def explode(text: str, depth: int = 0) -> str:
+        raise ValueError(text)
+
+    monkeypatch.setattr(masking, "_mask_k8s_secrets", explode)
+    alert = "PaymentsAPIDown: payments-api has no ready pods; oncall jane@example.com"
+    with caplog.at_level(logging.DEBUG, logger="agents.masking"):
+        assert mask_alert(alert) == alert
+    assert "ValueError" in caplog.text
+    assert "PaymentsAPIDown" not in caplog.text
+    assert all(record.levelno == logging.WARNING for record in caplog.records)
+
+
+def test_alert_is_masked_like_a_tool_result() -> None:
+    alert = json.dumps({"alert": "DBDown", "annotations": {"dsn": "postgres://app:hunter2@db:5432/app"}})
+    masked = mask_alert(alert)
+    assert "hunter2" not in masked
+    assert json.loads(masked)["annotations"]["dsn"] == "postgres://app:[MASKED_PASSWORD]@db:5432/app"
+
+
+def _timed(text: str) -> tuple[str, float]:
+    start = time.perf_counter()
+    result = mask_tool_result(text)
+    return result, time.perf_counter() - start
+
+
+def test_one_mebibyte_of_logs_is_fast() -> None:
+    lines = [
+        "2025-11-21T14:24:43.816Z WARN  config: DATABASE_PASSWORD is not set; no password",
+        "2025-11-21T14:24:43.951Z ERROR db: fe_sendauth: no password supplied token=abc123",
+        "GET /api/v1/pods Authorization: Bearer abcDEF123456 url=postgres://u:p@db:5432/x",
+        '{"password": "hunter2", "name": "API_TOKEN", "value": "x", "kind": "Pod"}',
+    ]
+    text = "\n".join(lines * (1024 * 1024 // sum(len(line) + 1 for line in lines) + 1))
+    assert len(text) >= 1024 * 1024
+    masked, seconds = _timed(text)
+    assert "hunter2" not in masked
+    assert "abc123" not in masked
+    assert seconds < 2.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a" * (1024 * 1024),  # one huge word
+        "a-" * (512 * 1024),  # a word boundary at every other character
+        "password=" * (120 * 1024),
+        "-----BEGIN RSA PRIVATE KEY-----" * (34 * 1024),  # never terminated
+        "://a:" * (210 * 1024),
+        "x://" + "a" * (1024 * 1024) + ":b",
+        "eyJ" * (350 * 1024),
+        "kind: Secret\n" + "data:\n" * (170 * 1024),
+        "kind: Secret\n" + "data:\n" * (21 * 1024),  # just under the YAML parsing limit
+        "kind: Secret\n" + "- a\n" * (32 * 1024 - 4),
+        "name: DB_PASSWORD" * (60 * 1024),
+    ],
+)
+def test_pathological_mebibyte_inputs_stay_linear(text: str) -> None:
+    _, seconds = _timed(text)
+    assert seconds < 2.0
+
+
+def test_one_mebibyte_secret_list_is_fast_and_masked() -> None:
+    items = [{**SECRET_JSON, "metadata": {"name": f"s{i}"}} for i in range(6000)]
+    text = json.dumps({"apiVersion": "v1", "kind": "SecretList", "items": items}, indent=2)
+    assert len(text) >= 1024 * 1024
+    masked, seconds = _timed(text)
+    assert_no_secret_values(masked)
+    assert seconds < 2.0
+
+
+# --- The demo cluster's real outputs stay useful --------------------------------------------
+
+CRASHING = "payments-api-7d9f8b6c5d-x2k4p"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> DemoCluster:
+    return DemoCluster()
+
+
+def test_demo_cluster_outputs_keep_their_evidence(cluster: DemoCluster) -> None:
+    outputs = {
+        "pods": cluster.get_pods("payments"),
+        "describe": cluster.describe_pod("payments", CRASHING),
+        "describe_db": cluster.describe_pod("payments", "postgres-0"),
+        "logs": cluster.get_pod_logs("payments", CRASHING, tail_lines=50, previous=True),
+        "events": cluster.get_events("payments"),
+        "deployments": cluster.get_deployments("payments"),
+    }
+    # None of the snapshot's outputs holds a secret value, so masking must change nothing.
+    for name, text in outputs.items():
+        assert mask_tool_result(text) == text, name
+    assert "CrashLoopBackOff" in outputs["pods"]
+    assert "DATABASE_USER:  payments" in outputs["describe"]
+    assert "REDIS_URL:  redis://redis.payments.svc:6379/0" in outputs["describe"]
+    assert (
+        "POSTGRES_PASSWORD:  <set to the key 'password' in secret 'payments-db-credentials'>"
+        in outputs["describe_db"]
+    )
+    assert "DATABASE_PASSWORD is not set" in outputs["logs"]
+    assert "fe_sendauth: no password supplied" in outputs["logs"]
+    assert "Back-off restarting failed container" in outputs["events"]
