@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from agents.config_types import CostEstimation, ResolvedAgentConfig
+from agents.masking import mask_tool_result
 from agents.prompts import forced_conclusion
 from agents.recorder import Recorder, message_to_json
 from llm.base import Provider
@@ -275,9 +276,11 @@ class IteratingController:
             },
         )
         result = await run.tools.call_tool(call.name, call.arguments)
+        # Masked before anything keeps or shows it: the timeline, the records, the model.
+        content = mask_tool_result(result.content)
         await run.recorder.complete_item(
             item,
-            result.content,
+            content,
             status=TimelineEventStatus.FAILED if result.is_error else TimelineEventStatus.COMPLETED,
             metadata={"is_error": result.is_error, "duration_ms": result.duration_ms},
         )
@@ -286,13 +289,11 @@ class IteratingController:
             server_name=server,
             tool_name=tool,
             arguments=call.arguments,
-            result=result.content,
+            result=content,
             is_error=result.is_error,
             duration_ms=result.duration_ms,
         )
-        message = ConversationMessage(
-            Role.TOOL, result.content, tool_call_id=call.id, tool_name=call.name
-        )
+        message = ConversationMessage(Role.TOOL, content, tool_call_id=call.id, tool_name=call.name)
         run.messages.append(message)
         await run.recorder.message(message)
 

@@ -31,22 +31,16 @@ logger = logging.getLogger(__name__)
 SECRET_VALUE_MARKER = "[MASKED_SECRET_VALUE]"
 WITHHELD_NOTICE = "[MASKED: the tool result could not be checked for secrets, so it was withheld]"
 
+# Each masks a value as "[MASKED_<NAME>]"; "password" also covers URL userinfo, "token" also
+# "Bearer <token>" and "--token <token>", "env_secret_value" a pod spec's {name: DB_PASSWORD,
+# value: ...} env entry.
+# fmt: off
 PATTERN_NAMES: tuple[str, ...] = (
-    "private_key",
-    "ssh_private_key",
-    "certificate",
-    "kubeconfig_data",
-    "aws_access_key",
-    "github_token",
-    "slack_token",
-    "jwt",
-    "token",
-    "password",
-    "env_secret_value",
-    "api_key",
-    "aws_secret_key",
-    "secret",
+    "private_key", "ssh_private_key", "certificate", "kubeconfig_data", "aws_access_key",
+    "github_token", "slack_token", "jwt", "token", "password", "env_secret_value", "api_key",
+    "aws_secret_key", "secret",
 )
+# fmt: on
 
 
 def mask_tool_result(text: str) -> str:
@@ -83,6 +77,7 @@ _YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _YAML_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _MAX_JSON_CHARS = 8 * 1024 * 1024
 _MAX_YAML_CHARS = 128 * 1024 if _YAML_LOADER is not yaml.SafeLoader else 32 * 1024
+_YAML_STYLE: dict[str, Any] = {"sort_keys": False, "allow_unicode": True}
 _MAX_DEPTH = 4  # Secrets inside strings inside documents (last-applied-configuration)
 
 
@@ -96,22 +91,11 @@ def _mask_k8s_secrets(text: str, depth: int = 0) -> str:
     if not _mask_tree(docs, depth, set()):
         # "kind: Secret" was seen but no Secret object was found: mask textually anyway.
         return _mask_secret_chunks(text)
-    if fmt == "json":
-        compact = depth > 0  # an embedded JSON string stays on one line, like kubectl's
-        out = json.dumps(
-            docs[0],
-            indent=None if compact else 2,
-            separators=(",", ":") if compact else None,
-            ensure_ascii=False,
-        )
+    if fmt == "json":  # an embedded JSON string (depth > 0) stays on one line, like kubectl's
+        layout: dict[str, Any] = {"separators": (",", ":")} if depth else {"indent": 2}
+        out = json.dumps(docs[0], ensure_ascii=False, **layout)
     else:
-        out = yaml.dump_all(
-            docs,
-            Dumper=_YAML_DUMPER,
-            sort_keys=False,
-            allow_unicode=True,
-            explicit_start=len(docs) > 1,
-        )
+        out = yaml.dump_all(docs, Dumper=_YAML_DUMPER, explicit_start=len(docs) > 1, **_YAML_STYLE)
     return out + "\n" if text.endswith("\n") and not out.endswith("\n") else out
 
 
@@ -212,8 +196,9 @@ def _mask_yaml_data_blocks(chunk: str) -> str:
 
 # --- Pass 2: regex patterns -----------------------------------------------------------------
 
-# A value after a key: escaped-JSON string, JSON string, single-quoted, or a bare word.
-_VALUE = r"""(?P<value>\\"[^"\n]*?\\"|"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|[^\s"']+)"""
+# A value after a key: escaped-JSON string, JSON string, single-quoted, or a bare word. The
+# closing quote is optional so a value cut off by truncation is still masked.
+_VALUE = r"""(?P<value>\\"[^"\n]*?\\"|"(?:[^"\\\n]|\\.)*"?|'[^'\n]*'?|[^\s"']+)"""
 _SEP = r"""\\?["']?[ \t]*[:=][ \t]*"""
 _SECRET_WORDS = r"PASSWORD|PASSWD|PWD|TOKEN|SECRET|API_?KEY|PRIVATE_?KEY"
 
@@ -258,11 +243,8 @@ def _marker(name: str) -> str:
 
 def _is_placeholder(value: str) -> bool:
     bare = value.strip("\\\"' \t")
-    return (
-        bare.lower() in _PLACEHOLDER_WORDS
-        or bare.startswith(_PLACEHOLDER_PREFIXES)
-        or (set(bare) == {"*"})
-    )
+    words, prefixes = _PLACEHOLDER_WORDS, _PLACEHOLDER_PREFIXES
+    return bare.lower() in words or bare.startswith(prefixes) or set(bare) == {"*"}
 
 
 def _keyed(name: str | None = None) -> Callable[[re.Match[str]], str]:
@@ -286,8 +268,9 @@ def _keyed(name: str | None = None) -> Callable[[re.Match[str]], str]:
     return replace
 
 
-_KEYED_NAMES = {"aws": "aws_secret_key", "api": "api_key", "pri": "private_key", "pas": "password"}
-_KEYED_NAMES |= {"pwd": "password", "tok": "token", "sec": "secret"}
+# _KEYED_RE's key words by their first three letters -> pattern name.
+_KEYED_NAMES = {"aws": "aws_secret_key", "api": "api_key", "pri": "private_key", "pwd": "password"}
+_KEYED_NAMES |= {"pas": "password", "tok": "token", "sec": "secret"}
 
 
 def _pem(m: re.Match[str]) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 
 from agents.config import get_config
+from agents.masking import mask_alert
 
 
 class AlertRejected(Exception):
@@ -69,4 +70,10 @@ def validate_alert(
         )
     if runbook is not None and not isinstance(runbook, str):
         raise AlertRejected(f"'runbook' must be a string, got {type(runbook).__name__}")
-    return ValidAlert(alert_type=alert_type, chain_id=chain.id, data=data, runbook=runbook or "")
+    # Secrets pasted into an alert are masked before it is stored or shown to a model.
+    return ValidAlert(
+        alert_type=alert_type,
+        chain_id=chain.id,
+        data=mask_alert(data),
+        runbook=mask_alert(runbook or ""),
+    )

@@ -150,6 +150,27 @@ class DemoCluster:
                 details.append(f"  {kind}={status} {reason}: {message}")
         return _table(rows) + "\n\n" + "\n".join(details)
 
+    def get_secret(self, namespace: str, name: str) -> str:
+        secrets = self._namespace(namespace).get("secrets", {})
+        if name not in secrets:
+            raise ToolError(
+                f"secret {name!r} not found in namespace {namespace!r}; secrets in "
+                f"{namespace}: {', '.join(secrets) or '(none)'}"
+            )
+        secret = secrets[name]
+        # As `kubectl get secret -o yaml` prints it: the values are base64, i.e. readable.
+        lines = ["apiVersion: v1", "data:"]
+        lines += [f"  {key}: {value}" for key, value in secret["data"].items()]
+        lines += [
+            "kind: Secret",
+            "metadata:",
+            f'  creationTimestamp: "{secret["created"]}"',
+            f"  name: {name}",
+            f"  namespace: {namespace}",
+            f"type: {secret['type']}",
+        ]
+        return "\n".join(lines)
+
     def _namespace(self, namespace: str) -> dict[str, Any]:
         if namespace not in self.namespaces:
             raise ToolError(
@@ -234,6 +255,16 @@ def create_server(data_dir: Path = DATA_DIR) -> MCPServer:
         """List the namespace's recent events (like `kubectl get events`), oldest first,
         including Warning events such as BackOff or Unhealthy, with repeat counts."""
         return cluster.get_events(namespace)
+
+    @tool
+    def get_secret(
+        namespace: Namespace,
+        name: Annotated[str, Field(description="Secret name, e.g. from describe_pod's env.")],
+    ) -> str:
+        """Get a Secret (like `kubectl get secret -o yaml`): its keys, type and metadata.
+        Use it to check that a secret an environment variable refers to exists and has
+        the key it expects."""
+        return cluster.get_secret(namespace, name)
 
     @tool
     def get_deployments(namespace: Namespace) -> str:

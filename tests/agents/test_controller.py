@@ -253,3 +253,24 @@ def test_a_session_timeout_mid_stream_keeps_the_partial_output(scripted_provider
     assert streamed == words[: len(streamed)]
     assert not TimelineEvent.objects.filter(session=session, status="streaming").exists()
     assert session.stages.get().status == "timed_out"
+
+
+def test_secrets_in_tool_results_are_masked_everywhere(scripted_provider):
+    secret_call = {
+        "name": "kubernetes.get_secret",
+        "arguments": {"namespace": "payments", "name": "payments-db-credentials"},
+    }
+    scripted_provider([{"tool_calls": [secret_call]}, {"text": "The secret has a password key."}])
+    session = submit()
+    assert run_session(str(session.id)) == "completed"
+    raw = "ZGVtby1QZy1wYXNzdzByZC1ub3QtcmVhbA=="  # what the demo server really returns
+    item = TimelineEvent.objects.get(session=session, event_type="llm_tool_call")
+    assert "password: '[MASKED_SECRET_VALUE]'" in item.content
+    stored = [
+        item.content,
+        Message.objects.get(session=session, role="tool").content,
+        MCPInteraction.objects.get(session=session, interaction_type="tool_call").result,
+        str(LLMInteraction.objects.filter(session=session).last().request_messages),
+        str(list(SessionEvent.objects.filter(session=session).values_list("payload", flat=True))),
+    ]
+    assert all(raw not in text for text in stored)

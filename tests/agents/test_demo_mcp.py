@@ -52,6 +52,7 @@ async def test_tools_have_typed_described_parameters(server: MCPServer) -> None:
         "describe_pod",
         "get_pod_logs",
         "get_events",
+        "get_secret",
         "get_deployments",
     }
     logs = tools["get_pod_logs"].input_schema
@@ -177,6 +178,7 @@ async def test_get_deployments_shows_the_failed_rollout(server: MCPServer) -> No
         ("get_deployments", {}),
         ("describe_pod", {"name": CRASHING}),
         ("get_pod_logs", {"name": CRASHING}),
+        ("get_secret", {"name": "payments-db-credentials"}),
     ],
 )
 async def test_unknown_namespace_is_a_tool_error_listing_namespaces(
@@ -223,3 +225,15 @@ def test_the_data_files_agree_with_each_other() -> None:
             kind, _, name = event[2].partition("/")
             if kind == "pod":
                 assert name in names
+
+
+async def test_get_secret_returns_what_kubectl_would_and_names_missing_ones(
+    server: MCPServer,
+) -> None:
+    text = await ok(server, "get_secret", namespace="payments", name="payments-db-credentials")
+    assert "kind: Secret" in text
+    assert "password: " in text  # base64 as the API returns it; TARSy masks it downstream
+    error, is_error = await call(server, "get_secret", namespace="payments", name="db")
+    assert is_error
+    assert "secret 'db' not found" in error
+    assert "payments-db-credentials" in error

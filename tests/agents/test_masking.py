@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -79,7 +80,9 @@ def test_secret_in_kubectl_yaml_including_last_applied_annotation() -> None:
     assert parsed["stringData"] == {"url": SECRET_VALUE_MARKER}
     assert parsed["metadata"]["name"] == "payments-db-credentials"
     assert list(parsed) == ["apiVersion", "data", "kind", "metadata", "stringData", "type"]
-    annotation = parsed["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+    annotation = parsed["metadata"]["annotations"][
+        "kubectl.kubernetes.io/last-applied-configuration"
+    ]
     assert json.loads(annotation)["data"] == {"password": SECRET_VALUE_MARKER}
     assert json.loads(annotation)["metadata"]["namespace"] == "payments"
 
@@ -113,7 +116,9 @@ def test_configmap_alone_is_returned_byte_for_byte() -> None:
 
 
 def test_truncated_secret_json_is_masked_by_the_text_fallback() -> None:
-    text = json.dumps({"apiVersion": "v1", "kind": "Secret", "data": {"password": "aHVudGVyMg==", "x": "eA=="}})
+    text = json.dumps(
+        {"apiVersion": "v1", "kind": "Secret", "data": {"password": "aHVudGVyMg==", "x": "eA=="}}
+    )
     truncated = text[:-3]  # a tool output cut off mid-document does not parse
     masked = mask_tool_result(truncated)
     assert_no_secret_values(masked)
@@ -127,6 +132,52 @@ def test_secret_yaml_inside_prose_is_masked_by_the_text_fallback() -> None:
     assert_no_secret_values(masked)
     assert "  password: '[MASKED_SECRET_VALUE]'" in masked
     assert "name: payments-db-credentials" in masked
+
+
+def test_large_secret_list_yaml_is_masked_by_the_text_fallback() -> None:
+    # Bigger than the YAML parsing limit, so the line-based masker does the work.
+    secrets = [
+        {**SECRET_JSON, "data": {"password": f"aHVudGVy{i:05d}", "ca.crt": "TFMwdExT"}}
+        for i in range(2000)
+    ]
+    mixed = {"apiVersion": "v1", "kind": "List", "items": [*secrets, CONFIGMAP_JSON]}
+    text = yaml.safe_dump(mixed, sort_keys=False)
+    assert len(text) > masking._MAX_YAML_CHARS
+    masked = mask_tool_result(text)
+    assert "aHVudGVy" not in masked
+    assert "TFMwdExT" not in masked
+    items = yaml.safe_load(masked)["items"]  # still valid YAML
+    assert items[1999]["data"] == {"password": SECRET_VALUE_MARKER, "ca.crt": SECRET_VALUE_MARKER}
+    assert items[2000] == CONFIGMAP_JSON
+
+
+def test_multi_document_yaml_masks_only_the_secret() -> None:
+    text = "---\n" + yaml.safe_dump(CONFIGMAP_JSON) + "---\n" + yaml.safe_dump(SECRET_JSON)
+    masked = mask_tool_result(text)
+    assert_no_secret_values(masked)
+    docs = list(yaml.safe_load_all(masked))
+    assert docs[0] == CONFIGMAP_JSON
+    assert docs[1]["data"]["username"] == SECRET_VALUE_MARKER
+
+
+def test_kubectl_json_with_escaped_last_applied_annotation() -> None:
+    applied = json.dumps(SECRET_JSON, separators=(",", ":")) + "\n"
+    secret = {**SECRET_JSON, "metadata": {"annotations": {"last-applied": applied}}}
+    masked = mask_tool_result(json.dumps(secret, indent=4))
+    assert_no_secret_values(masked)
+    annotation = json.loads(masked)["metadata"]["annotations"]["last-applied"]
+    assert annotation.endswith("}\n")
+    assert json.loads(annotation)["data"]["password"] == SECRET_VALUE_MARKER
+
+
+def test_yaml_alias_bomb_is_not_expanded() -> None:
+    levels = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for prev, name in itertools.pairwise("abcdefghi"):
+        levels.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    text = "kind: Secret\ndata: {password: aHVudGVyMg==}\n" + "\n".join(levels) + "\n"
+    masked, seconds = _timed(text)
+    assert_no_secret_values(masked)
+    assert seconds < 1.0
 
 
 def test_kubectl_describe_secret_shows_sizes_only_and_is_unchanged() -> None:
@@ -170,7 +221,12 @@ MASKED = [
         "id [MASKED_JWT] ok",
     ),
     ("private_key: c2VjcmV0", "private_key: [MASKED_PRIVATE_KEY]"),
-    ("- name: DB_PASSWORD\n  value: hunter2", "- name: DB_PASSWORD\n  value: [MASKED_ENV_SECRET_VALUE]"),
+    ('password: "cut off by trunc', 'password: "[MASKED_PASSWORD]"'),
+    ('{\\"password\\":\\"hunter2\\"}', '{\\"password\\":\\"[MASKED_PASSWORD]\\"}'),
+    (
+        "- name: DB_PASSWORD\n  value: hunter2",
+        "- name: DB_PASSWORD\n  value: [MASKED_ENV_SECRET_VALUE]",
+    ),
     (
         '{"name": "API_TOKEN", "value": "abc"}',
         '{"name": "API_TOKEN", "value": "[MASKED_ENV_SECRET_VALUE]"}',
@@ -298,7 +354,9 @@ users:
 
 def test_every_pattern_name_has_a_positive_case() -> None:
     masked = " ".join(mask_tool_result(text) for text, _ in MASKED)
-    masked += mask_tool_result("-----BEGIN OPENSSH PRIVATE KEY-----\nx\n-----END OPENSSH PRIVATE KEY-----")
+    masked += mask_tool_result(
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n-----END OPENSSH PRIVATE KEY-----"
+    )
     masked += mask_tool_result("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----")
     masked += mask_tool_result("client-key-data: eA==")
     for name in PATTERN_NAMES:
@@ -351,7 +409,9 @@ def test_tool_result_fails_closed_when_a_pattern_breaks(monkeypatch: pytest.Monk
     assert mask_tool_result("anything") == WITHHELD_NOTICE
 
 
-def test_alert_fails_open(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_alert_fails_open(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     def explode(text: str, depth: int = 0) -> str:
         raise ValueError(text)
 
@@ -365,10 +425,14 @@ def test_alert_fails_open(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCap
 
 
 def test_alert_is_masked_like_a_tool_result() -> None:
-    alert = json.dumps({"alert": "DBDown", "annotations": {"dsn": "postgres://app:hunter2@db:5432/app"}})
+    alert = json.dumps(
+        {"alert": "DBDown", "annotations": {"dsn": "postgres://app:hunter2@db:5432/app"}}
+    )
     masked = mask_alert(alert)
     assert "hunter2" not in masked
-    assert json.loads(masked)["annotations"]["dsn"] == "postgres://app:[MASKED_PASSWORD]@db:5432/app"
+    assert (
+        json.loads(masked)["annotations"]["dsn"] == "postgres://app:[MASKED_PASSWORD]@db:5432/app"
+    )
 
 
 def _timed(text: str) -> tuple[str, float]:

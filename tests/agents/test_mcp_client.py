@@ -23,6 +23,7 @@ KUBERNETES_TOOLS = [
     "kubernetes.describe_pod",
     "kubernetes.get_pod_logs",
     "kubernetes.get_events",
+    "kubernetes.get_secret",
     "kubernetes.get_deployments",
 ]
 

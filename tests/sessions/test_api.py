@@ -207,3 +207,12 @@ def test_create_api_token_prints_only_the_token(db, capsys):
     assert printed.startswith("tarsy_")
     assert "\n" not in printed
     assert user_for_token(printed).username == "bot"
+
+
+def test_secrets_in_alert_data_are_masked_before_storage(client, api_token):
+    alert = "db: postgres://payments:hunter2@postgres.payments.svc:5432/payments\nsummary: down"
+    response = post_alert(client, {"data": alert, "runbook": "token: ghp_" + "a" * 36}, api_token)
+    session = AlertSession.objects.get(id=response.json()["session_id"])
+    assert "hunter2" not in session.alert_data
+    assert "postgres.payments.svc:5432" in session.alert_data  # the evidence stays
+    assert "ghp_" not in session.runbook
