@@ -173,6 +173,7 @@ class IteratingController:
         turn = LLMTurn()
         thinking_item: TimelineEvent | None = None
         text_item: TimelineEvent | None = None
+        code_item: TimelineEvent | None = None  # code the model ran, awaiting its output
         grounding: list[dict[str, Any]] = []
         started = time.monotonic()
         # An interruption (timeout, cancellation) leaves the items streaming; the
@@ -191,11 +192,7 @@ class IteratingController:
             elif isinstance(delta, ToolCallDelta):
                 turn.tool_calls.append(ToolCall(delta.call_id, delta.name, delta.arguments))
             elif isinstance(delta, CodeExecutionDelta):
-                await run.recorder.add_item(
-                    TimelineEventType.CODE_EXECUTION,
-                    delta.result or delta.code,
-                    metadata={"code": delta.code, "result": delta.result},
-                )
+                code_item = await self._code_execution(run, code_item, delta)
             elif isinstance(delta, UsageInfo):
                 turn.usage = delta
             elif isinstance(delta, GroundingInfo):
@@ -204,6 +201,8 @@ class IteratingController:
                 turn.error = delta
         duration_ms = int((time.monotonic() - started) * 1000)
 
+        if code_item is not None:  # code whose output never came
+            await run.recorder.complete_item(code_item, code_item.metadata["code"])
         if thinking_item is not None:
             await run.recorder.complete_item(thinking_item, turn.thinking)
         if text_item is not None:
@@ -252,6 +251,30 @@ class IteratingController:
             error_message=turn.error.message if turn.error else "",
         )
         return turn
+
+    @staticmethod
+    async def _code_execution(
+        run: AgentRun, pending: TimelineEvent | None, delta: CodeExecutionDelta
+    ) -> TimelineEvent | None:
+        """Gemini sends the code it runs and then its output as separate parts; the two
+        make one ``code_execution`` item. Returns the item still waiting for output."""
+        if delta.code:
+            if pending is not None:
+                await run.recorder.complete_item(pending, pending.metadata["code"])
+            return await run.recorder.start_item(
+                TimelineEventType.CODE_EXECUTION, metadata={"code": delta.code, "result": ""}
+            )
+        if pending is not None:
+            await run.recorder.complete_item(
+                pending, delta.result, metadata={"result": delta.result}
+            )
+        else:
+            await run.recorder.add_item(
+                TimelineEventType.CODE_EXECUTION,
+                delta.result,
+                metadata={"code": "", "result": delta.result},
+            )
+        return None
 
     @staticmethod
     async def _record_tool_list(run: AgentRun, tools: tuple[ToolDefinition, ...]) -> None:

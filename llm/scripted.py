@@ -11,7 +11,8 @@ Script files look like::
     turns:                       # turn N answers the request with N assistant messages
       - thinking: "Let me look at the pods."
         tool_calls: [{name: kubernetes.get_pods, arguments: {namespace: payments}}]
-      - text: "The pod crashes because …"
+      - code_executions: [{code: "print(2 ** 10)", result: "1024"}]   # optional
+        text: "The pod crashes because …"
         error: {code: rate_limit, message: "slow down", retryable: true}   # optional
 """
 
@@ -28,6 +29,7 @@ from typing import Any
 import yaml
 
 from llm.types import (
+    CodeExecutionDelta,
     Delta,
     ErrorInfo,
     GenerateRequest,
@@ -49,6 +51,8 @@ class ScriptTurn:
     tool_calls: tuple[tuple[str, dict[str, Any]], ...] = ()
     error: ErrorInfo | None = None
     chunk_delay: float | None = None
+    # (code, output) pairs, as Gemini's code_execution native tool reports them.
+    code_executions: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,10 @@ def load_script(path: str | Path) -> Script:
                 if error
                 else None,
                 chunk_delay=turn.get("chunk_delay"),
+                code_executions=tuple(
+                    (str(run.get("code", "")), str(run.get("result", "")))
+                    for run in turn.get("code_executions") or ()
+                ),
             )
         )
     return Script(tuple(turns), float(raw.get("chunk_delay", DEFAULT_CHUNK_DELAY)))
@@ -137,6 +145,9 @@ class ScriptedProvider:
                     await asyncio.sleep(delay)
                 output_words += 1
                 yield kind(word)
+        for code, result in turn.code_executions:
+            yield CodeExecutionDelta(code=code)
+            yield CodeExecutionDelta(result=result)
         offered = {tool.name for tool in request.tools}
         for name, arguments in turn.tool_calls:
             if name in offered:

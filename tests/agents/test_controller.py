@@ -274,3 +274,24 @@ def test_secrets_in_tool_results_are_masked_everywhere(scripted_provider):
         str(list(SessionEvent.objects.filter(session=session).values_list("payload", flat=True))),
     ]
     assert all(raw not in text for text in stored)
+
+
+def test_code_the_model_ran_and_its_output_make_one_item(scripted_provider):
+    scripted_provider(
+        [
+            {
+                "code_executions": [
+                    {"code": "print(3 * 181)", "result": "543"},
+                    {"code": "print('x')", "result": "x"},
+                ],
+                "text": "181 back-offs on 3 pods.",
+            }
+        ]
+    )
+    session = submit()
+    assert run_session(str(session.id)) == "completed"
+    items = list(TimelineEvent.objects.filter(session=session, event_type="code_execution"))
+    assert [(i.metadata["code"], i.content, i.status) for i in items] == [
+        ("print(3 * 181)", "543", "completed"),
+        ("print('x')", "x", "completed"),
+    ]
