@@ -97,6 +97,7 @@ def warm_catalog(config: TarsyConfig, *, timeout: float = 30.0) -> None:
 
     async def warm() -> None:
         for servers in agent_servers(config):
+            logger.info("listing the tools of MCP servers %s for the workers", list(servers))
             try:
                 async with asyncio.timeout(timeout), ToolBox(servers) as tools:
                     await tools.list_tools()
