@@ -6,7 +6,6 @@ Where is a tool call executed? ``IteratingController._run_tool``.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -349,7 +348,3 @@ async def _bounded(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
 def _describe(error: ErrorInfo) -> str:
     hint = " (temporary; retrying later may succeed)" if error.retryable else ""
     return f"LLM error [{error.code}]: {error.message}{hint}"
-
-
-def arguments_text(arguments: dict[str, Any]) -> str:
-    return json.dumps(arguments, indent=2, sort_keys=True)

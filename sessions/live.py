@@ -18,7 +18,6 @@ from django.utils.html import escape
 from sessions.models import AlertSession
 from sessions.services import (
     SESSION_STATUS,
-    STAGE_STATUS,
     STREAM_CHUNK,
     TIMELINE_COMPLETED,
     TIMELINE_CREATED,
@@ -87,9 +86,7 @@ def session_fragments(
             "sessions/partials/_session_header.html",
             {"session": session, "usage": usage, "live": True},
         )
-    if kind == STAGE_STATUS:
-        return ""
-    return ""
+    return ""  # stage.status and anything newer: nothing on the page shows it yet
 
 
 def list_fragment(session: AlertSession) -> str:
