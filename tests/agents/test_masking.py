@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import logging
@@ -9,15 +10,18 @@ import time
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agents import masking
 from agents.demo_mcp.server import DemoCluster
 from agents.masking import (
     PATTERN_NAMES,
     SECRET_VALUE_MARKER,
     WITHHELD_NOTICE,
+    kubernetes,
     mask_alert,
     mask_tool_result,
+    patterns,
 )
 
 SECRET_JSON = {
@@ -142,7 +146,7 @@ def test_large_secret_list_yaml_is_masked_by_the_text_fallback() -> None:
     ]
     mixed = {"apiVersion": "v1", "kind": "List", "items": [*secrets, CONFIGMAP_JSON]}
     text = yaml.safe_dump(mixed, sort_keys=False)
-    assert len(text) > masking._MAX_YAML_CHARS
+    assert len(text) > kubernetes.MAX_YAML_CHARS
     masked = mask_tool_result(text)
     assert "aHVudGVy" not in masked
     assert "TFMwdExT" not in masked
@@ -231,6 +235,45 @@ MASKED = [
         '{"name": "API_TOKEN", "value": "abc"}',
         '{"name": "API_TOKEN", "value": "[MASKED_ENV_SECRET_VALUE]"}',
     ),
+    # Found by an attacker's review (issue 6): none of these was masked.
+    (
+        "see https://user:hunter2pass@host.example.com/x",
+        "see https://user:[MASKED_PASSWORD]@host.example.com/x",
+    ),
+    ("Authorization: Basic dXNlcjpodW50ZXIy", "Authorization: Basic [MASKED_BASIC_AUTH]"),
+    (
+        "curl -H 'authorization: basic dXNlcjpodW50ZXIy' x",
+        "curl -H 'authorization: basic [MASKED_BASIC_AUTH]' x",
+    ),
+    ("Authorization: token Zx81hd0s2kq", "Authorization: token [MASKED_AUTHORIZATION]"),
+    ("key sk_live_" + "51HxYzAbCdEfGhIjKlMnOpQr" + " ok", "key [MASKED_STRIPE_KEY] ok"),
+    ("rk_live_" + "51HxYzAbCdEfGhIjKlMnOpQr", "[MASKED_STRIPE_KEY]"),
+    ("maps key AIzaSyA1234567890abcdefghijklmnopqrstuv!", "maps key [MASKED_GOOGLE_API_KEY]!"),
+    ("OPENAI_API_KEY=sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1w", "OPENAI_API_KEY=[MASKED_API_KEY]"),
+    ("DB_PASS=s3cr3tvalue", "DB_PASS=[MASKED_PASSWORD]"),
+    ("DB_PASS: s3cr3tvalue", "DB_PASS: [MASKED_PASSWORD]"),
+    ('{"dbPass": "s3cr3t"}', '{"dbPass": "[MASKED_PASSWORD]"}'),
+    ("REDIS_PASSWD=abc", "REDIS_PASSWD=[MASKED_PASSWORD]"),
+    ("APP_SECRET=zzz yyy=1", "APP_SECRET=[MASKED_SECRET] yyy=1"),
+    ("export GH_TOKEN=abc123", "export GH_TOKEN=[MASKED_TOKEN]"),
+    ("MY_SERVICE_KEY=keyvalue", "MY_SERVICE_KEY=[MASKED_KEY]"),
+    ("signing_key: aBcD", "signing_key: [MASKED_KEY]"),
+    ("GCP_CREDENTIALS=credvalue", "GCP_CREDENTIALS=[MASKED_CREDENTIALS]"),
+    ("passphrase: correct horse battery", "passphrase: [MASKED_PASSPHRASE]"),
+    ("password: my secret phrase\nuser: bob", "password: [MASKED_PASSWORD]\nuser: bob"),
+    ("password: |\n  hunter2\n  more\nnext: 1", "password: |\n  [MASKED_PASSWORD]\nnext: 1"),
+    ("password: a long\n  folded value\nnext: 1", "password: [MASKED_PASSWORD]\nnext: 1"),
+    ('password: "a long\n  quoted value"\nnext: 1', 'password: "[MASKED_PASSWORD]"\nnext: 1'),
+    (
+        "SENTRY_DSN=https://abcdef0123456789abcdef0123456789@o12.ingest.sentry.io/34",
+        "SENTRY_DSN=https://[MASKED_URL_CREDENTIAL]@o12.ingest.sentry.io/34",
+    ),
+    (
+        "git remote https://ghs_tokentokentoken12@github.com/x",
+        "git remote https://[MASKED_URL_CREDENTIAL]@github.com/x",
+    ),
+    ("curl -u admin:hunter2 http://x", "curl -u admin:[MASKED_PASSWORD] http://x"),
+    ("kubectl --db-password=abc", "kubectl --db-password=[MASKED_PASSWORD]"),
 ]
 
 
@@ -270,6 +313,15 @@ UNCHANGED = [
     "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----",
     "certificate-authority-data: DATA+OMITTED\nclient-key-data: REDACTED",
     "git clone git@github.com:org/repo.git",
+    "valueFrom:\n  secretKeyRef:\n    key: password\n    name: db",
+    "sort_key: created_at\nprimary_key: id",
+    "tests pass: 12, fail: 0",
+    "Basic authentication failed for user bob",
+    "Authorization: denied for user bob",
+    "token_type: Bearer\nmax_tokens: 1024\nbypass: true",
+    "ssh://git@github.com/org/repo.git",
+    "Type:  Secret (a volume populated by a Secret)\n    SecretName:  payments-tls",
+    "https://example.com/docs@v2",
 ]
 
 
@@ -385,43 +437,48 @@ def test_masking_is_idempotent(text: str) -> None:
     assert mask_alert(once) == once
 
 
-def test_tool_result_fails_closed(
+def test_a_structure_that_cannot_be_read_is_still_masked_as_text(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def explode(text: str, depth: int = 0) -> str:
+    def explode(text: str) -> str:
         raise RuntimeError(f"boom while reading {text}")
 
-    monkeypatch.setattr(masking, "_mask_k8s_secrets", explode)
-    text = "password: hunter2 and other things the LLM must not see"
+    monkeypatch.setattr(kubernetes, "mask_kubernetes_secrets", explode)
     with caplog.at_level(logging.DEBUG, logger="agents.masking"):
-        result = mask_tool_result(text)
-    assert result == WITHHELD_NOTICE
-    assert "hunter2" not in result
+        masked = mask_tool_result(SECRET_YAML + "password: hunter2\n")
+        alert = mask_alert(SECRET_YAML)
+    for text in (masked, alert):
+        assert_no_secret_values(text)
+        assert "  password: '[MASKED_SECRET_VALUE]'" in text
     assert "RuntimeError" in caplog.text
     assert "hunter2" not in caplog.text  # the log gets the exception type only
 
 
-def test_tool_result_fails_closed_when_a_pattern_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
-    def explode(text: str) -> str:
-        raise MemoryError
-
-    monkeypatch.setattr(masking, "_mask_patterns", explode)
-    assert mask_tool_result("anything") == WITHHELD_NOTICE
-
-
-def test_alert_fails_open(
+def test_tool_result_fails_closed_when_a_text_pass_breaks(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    def explode(text: str, depth: int = 0) -> str:
+    def explode(text: str) -> str:
+        raise MemoryError(text)
+
+    monkeypatch.setattr(patterns, "mask_patterns", explode)
+    with caplog.at_level(logging.DEBUG, logger="agents.masking"):
+        assert mask_tool_result("password: hunter2") == WITHHELD_NOTICE
+    assert "MemoryError" in caplog.text
+    assert "hunter2" not in caplog.text
+
+
+def test_alert_fails_open_only_when_a_text_pass_breaks(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def explode(text: str) -> str:
         raise ValueError(text)
 
-    monkeypatch.setattr(masking, "_mask_k8s_secrets", explode)
+    monkeypatch.setattr(patterns, "mask_patterns", explode)
     alert = "PaymentsAPIDown: payments-api has no ready pods; oncall jane@example.com"
     with caplog.at_level(logging.DEBUG, logger="agents.masking"):
         assert mask_alert(alert) == alert
     assert "ValueError" in caplog.text
     assert "PaymentsAPIDown" not in caplog.text
-    assert all(record.levelno == logging.WARNING for record in caplog.records)
 
 
 def test_alert_is_masked_like_a_tool_result() -> None:
@@ -518,3 +575,166 @@ def test_demo_cluster_outputs_keep_their_evidence(cluster: DemoCluster) -> None:
     assert "DATABASE_PASSWORD is not set" in outputs["logs"]
     assert "fe_sendauth: no password supplied" in outputs["logs"]
     assert "Back-off restarting failed container" in outputs["events"]
+
+
+# --- What cannot be bypassed (issue 6) -------------------------------------------------------
+
+PLANTED = (
+    "AKIAQCANARY000000001",
+    "ghp_" + "Canary" * 6,
+    "hunter2canary",
+    "aHVudGVyMmNhbmFyeQ==",
+)
+PLANTED_ALERT = (
+    "apiVersion: v1\nkind: Secret\ndata:\n  password: aHVudGVyMmNhbmFyeQ==\n"
+    "metadata: {name: db}\n---\nalert: DBDown\npassword: hunter2canary\n"
+    "aws: AKIAQCANARY000000001\ngithub: ghp_" + "Canary" * 6 + "\n"
+)
+
+
+def _at_stack_depth(frames: int, function):
+    """Call ``function`` from ``frames`` Python frames deep, as a server's stack would."""
+    if frames == 0:
+        return function()
+    return _at_stack_depth(frames - 1, function)
+
+
+@pytest.mark.parametrize("depth", [500, 5_000, 100_000])
+def test_deep_nesting_neither_raises_nor_lets_secrets_through(depth: int) -> None:
+    # The finding: a Secret plus a list nested 500 deep raised RecursionError under a
+    # request's stack, and alert masking failed open with every secret in it.
+    nested = "x: " + "[" * depth + "]" * depth + "\n"
+    alert = PLANTED_ALERT + nested
+    as_json = json.dumps({"kind": "Secret", "data": {"password": PLANTED[3]}, "p": "x"})
+    as_json = (
+        as_json[:-1] + ', "deep": ' + "[" * depth + "]" * depth + ', "password": "hunter2canary"}'
+    )
+    for text in (alert, as_json):
+        for mask in (mask_alert, mask_tool_result):
+            masked = _at_stack_depth(600, lambda mask=mask, text=text: mask(text))
+            for value in PLANTED:
+                assert value not in masked
+
+
+def test_a_deep_document_is_masked_as_text_and_otherwise_kept() -> None:
+    nested = "[" * 200 + "]" * 200
+    text = PLANTED_ALERT + "x: " + nested + "\n"
+    masked = mask_alert(text)
+    assert nested in masked  # not re-serialized
+    assert "  password: '[MASKED_SECRET_VALUE]'" in masked
+
+
+DETECTED = [
+    ("glpat-" + "Xy12" * 5, "[MASKED_GITLAB_TOKEN]"),
+    ("SG." + "a" * 22 + "." + "b" * 43, "[MASKED_SENDGRID_API_KEY]"),
+    ("SK" + "0123456789abcdef" * 2, "[MASKED_TWILIO_API_KEY]"),
+    ("sq0csp-" + "A" * 43, "[MASKED_SQUARE_OAUTH_SECRET]"),
+    ("0123456789abcdef0123456789abcdef-us12", "[MASKED_MAILCHIMP_ACCESS_KEY]"),
+    ("123456789:" + "A" * 35, "[MASKED_TELEGRAM_BOT_TOKEN]"),
+]
+
+
+@pytest.mark.parametrize(("token", "expected"), DETECTED)
+def test_detect_secrets_token_shapes_are_masked(token: str, expected: str) -> None:
+    assert mask_tool_result(f"output: {token} done") == f"output: {expected} done"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "xoxb-" * (200 * 1024),
+        "sk-" * (350 * 1024),
+        "sk_live_" * (130 * 1024),
+        "AIza" * (260 * 1024),
+        "Basic " * (170 * 1024),
+        "Authorization: " * (70 * 1024),
+        "https://" * (130 * 1024),
+        "-u a:" * (200 * 1024),
+        "a_" * (512 * 1024),
+        "DB_PASS" * (150 * 1024),
+        "password: |\n" * (85 * 1024),
+        "password: x\n " * (80 * 1024),
+        'password: "\n ' * (80 * 1024),
+        "--a" * (350 * 1024),
+        "glpat-" * (170 * 1024),
+        "AC" * (512 * 1024),
+        "1" * (1024 * 1024) + ":",
+    ],
+)
+def test_new_patterns_stay_linear_on_their_worst_case(text: str) -> None:
+    _, seconds = _timed(text)
+    assert seconds < 2.0
+
+
+# Secret-named keys and values as the planted-secret corpus uses them; any nesting, any
+# serialization, anywhere in the document.
+_SECRET_KEYS = st.sampled_from(
+    [
+        "password",
+        "DB_PASS",
+        "clientSecret",
+        "api_key",
+        "token",
+        "MY_SERVICE_KEY",
+        "passphrase",
+        "GCP_CREDENTIALS",
+        "aws_secret_access_key",
+        "X-Auth-Token",
+    ]
+)
+_CANARY = st.from_regex(r"cAnArY[A-Za-z0-9]{6,20}", fullmatch=True)
+_PLAIN = st.one_of(st.integers(), st.booleans(), st.from_regex(r"[a-z ]{0,12}", fullmatch=True))
+
+
+@st.composite
+def _documents(draw):
+    canaries: list[str] = []
+
+    def node(depth: int):
+        kind = draw(st.integers(0, 4 if depth < 6 else 1))
+        if kind == 0:
+            return draw(_PLAIN)
+        if kind == 1:
+            canary = draw(_CANARY)
+            canaries.append(canary)
+            return {draw(_SECRET_KEYS): canary}
+        if kind == 2:
+            return [node(depth + 1) for _ in range(draw(st.integers(0, 3)))]
+        if kind == 3:
+            canary = draw(_CANARY)
+            canaries.append(canary)
+            b64 = base64.b64encode(canary.encode()).decode()
+            return {"kind": "Secret", "apiVersion": "v1", "data": {"k": b64}}
+        return {
+            draw(st.from_regex(r"[a-z]{1,8}", fullmatch=True)): node(depth + 1)
+            for _ in range(draw(st.integers(0, 3)))
+        }
+
+    document = node(0)
+    style = draw(st.sampled_from(["json", "json-indent", "yaml", "yaml-flow"]))
+    if style == "json":
+        text = json.dumps(document)
+    elif style == "json-indent":
+        text = json.dumps(document, indent=2)
+    else:
+        text = yaml.safe_dump(document, default_flow_style=style == "yaml-flow", width=40)
+    prefix = draw(st.sampled_from(["", "Here is the output:\n", "alert: x\n"]))
+    return prefix + text, canaries
+
+
+@settings(max_examples=300, deadline=None)
+@given(_documents())
+def test_planted_secrets_never_survive_any_document(case) -> None:
+    text, canaries = case
+    for mask in (mask_alert, mask_tool_result):
+        masked = mask(text)
+        for canary in canaries:
+            assert canary not in masked
+            assert base64.b64encode(canary.encode()).decode() not in masked
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400))
+def test_masking_never_raises_and_is_idempotent_on_any_text(text: str) -> None:
+    once = mask_alert(text)
+    assert mask_tool_result(once) == once

@@ -1,0 +1,76 @@
+"""One place that masks secrets: in MCP tool results, alert data, runbooks and any other
+text from outside (error messages quoting a server's output).
+
+Whatever reaches the LLM provider, the database and every browser watching a session is
+masked once, before any of them sees it, in three passes:
+
+1. Kubernetes Secrets, by structure (``kubernetes.py``); a document that cannot be read
+   as a structure (truncated, not JSON/YAML, absurdly deep) is masked as text instead.
+2. Our patterns (``patterns.py``): key material, token shapes, and values whose name says
+   secret.
+3. detect-secrets' maintained token detectors (``detectors.py``).
+
+The text passes are linear regexes over the string; no input makes them fail. So the
+fail-closed and fail-open policies below only decide what happens on a bug, never on a
+hostile input: a tool result is withheld, an alert is kept as sent.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from agents.masking import detectors, kubernetes, patterns
+from agents.masking.kubernetes import SECRET_VALUE_MARKER
+from agents.masking.patterns import PATTERN_NAMES
+
+__all__ = [
+    "PATTERN_NAMES",
+    "SECRET_VALUE_MARKER",
+    "WITHHELD_NOTICE",
+    "mask_alert",
+    "mask_text",
+    "mask_tool_result",
+]
+
+logger = logging.getLogger(__name__)
+
+WITHHELD_NOTICE = "[MASKED: the tool result could not be checked for secrets, so it was withheld]"
+
+
+def mask_tool_result(text: str) -> str:
+    """Fail closed: a tool result that could not be checked is withheld, never passed on."""
+    try:
+        return _mask(text)
+    except Exception as exc:
+        # Only the type: exception messages (YAML errors, for one) quote the input.
+        logger.error("Masking a tool result failed (%s); it was withheld.", type(exc).__name__)
+        return WITHHELD_NOTICE
+
+
+# Other outside text (an MCP server's stderr in an error, a provider's error message) is
+# shown and stored like a tool result, so it is masked the same way.
+mask_text = mask_tool_result
+
+
+def mask_alert(text: str) -> str:
+    """Fail open: the alert is the reason the session exists; losing it loses the session.
+
+    Only a bug in the text passes could make this fail; no input can.
+    """
+    try:
+        return _mask(text)
+    except Exception as exc:
+        logger.error("Masking alert data failed (%s); used it unmasked.", type(exc).__name__)
+        return text
+
+
+def _mask(text: str) -> str:
+    try:
+        text = kubernetes.mask_kubernetes_secrets(text)
+    except Exception as exc:
+        # A document the structural pass cannot handle is still masked, as text.
+        logger.warning(
+            "Masking a document's structure failed (%s); masked it as text.", type(exc).__name__
+        )
+        text = kubernetes.mask_secret_chunks(text)
+    return detectors.mask_detected(patterns.mask_patterns(text))
