@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, connection
 from django.http import HttpRequest, JsonResponse
 from django.shortcuts import get_object_or_404
@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 from agents.config import get_config
 from sessions import selectors, services
 from sessions.auth import api_view
-from sessions.intake import AlertRejected, validate_alert
+from sessions.intake import ALLOWED_FIELDS, AlertRejected, read_json_body, validate_alert
 from sessions.models import AlertSession, SessionStatus, TimelineEvent
 
 
@@ -26,35 +26,34 @@ def _error(message: str, status: int, **extra: Any) -> JsonResponse:
 @api_view
 @require_POST
 def alert_create(request: HttpRequest) -> JsonResponse:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     length = int(request.headers.get("Content-Length") or 0)
-    if length > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-        return _error(
-            f"request body is {length} bytes; the limit is "
-            f"{settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes",
-            413,
-        )
+    if length > limit:
+        return _error(f"request body is {length} bytes; the limit is {limit} bytes", 413)
     try:
-        body = json.loads(request.body or b"")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return _error(f"request body is not valid JSON: {exc}", 400)
-    if not isinstance(body, dict):
-        return _error("request body must be a JSON object with a 'data' field", 400)
+        raw = request.body  # a chunked body has no Content-Length: Django measures it here
+    except RequestDataTooBig:
+        return _error(f"request body is over the limit of {limit} bytes", 413)
     try:
+        body = read_json_body(raw)
         alert = validate_alert(
             data=body.get("data"),
             alert_type=body.get("alert_type"),
             runbook=body.get("runbook"),
-            unknown_fields=set(body) - {"data", "alert_type", "runbook"},
+            unknown_fields=set(body) - set(ALLOWED_FIELDS),
         )
     except AlertRejected as rejected:
         return _error(str(rejected), rejected.status, **rejected.extra)
-    session = services.session_create(
-        alert_type=alert.alert_type,
-        alert_data=alert.data,
-        chain_id=alert.chain_id,
-        runbook=alert.runbook,
-        author=request.user.get_username(),
-    )
+    try:
+        session = services.session_create(
+            alert_type=alert.alert_type,
+            alert_data=alert.data,
+            chain_id=alert.chain_id,
+            runbook=alert.runbook,
+            author=request.user.get_username(),
+        )
+    except services.SessionNotQueued as exc:
+        return _error(f"{exc}; nothing was stored, send the alert again", 503)
     return JsonResponse({"session_id": str(session.id), "status": "queued"}, status=202)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from collections.abc import Callable
 from functools import wraps
@@ -10,12 +11,15 @@ from functools import wraps
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import AbstractBaseUser
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.db import DatabaseError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from sessions.models import ApiToken
+
+logger = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "tarsy_"
 
@@ -77,6 +81,23 @@ def api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
                 },
                 status=401,
             )
-        return view(request, *args, **kwargs)
+        return _json_errors(view, request, *args, **kwargs)
 
     return csrf_exempt(login_not_required(wrapper))
+
+
+def _json_errors(view: Callable[..., HttpResponse], request: HttpRequest, *args, **kwargs):
+    """API clients get JSON for every failure, never Django's HTML error pages."""
+    try:
+        return view(request, *args, **kwargs)
+    except Http404 as exc:
+        return JsonResponse({"error": str(exc) or "not found"}, status=404)
+    except DatabaseError as exc:
+        logger.error("API %s %s: database error: %s", request.method, request.path, exc)
+        return JsonResponse(
+            {"error": f"the database is unavailable ({type(exc).__name__}); retry later"},
+            status=503,
+        )
+    except Exception:
+        logger.exception("API %s %s failed", request.method, request.path)
+        return JsonResponse({"error": "internal error; the server log has the details"}, status=500)

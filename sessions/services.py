@@ -14,6 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from sessions.models import (
     AgentExecution,
@@ -73,12 +74,19 @@ def _publish_session_status(session: AlertSession) -> None:
 # --- sessions -------------------------------------------------------------------------
 
 
+class SessionNotQueued(Exception):
+    """The investigation could not be queued; the session was not stored either."""
+
+
 def session_create(
     *, alert_type: str, alert_data: str, chain_id: str, author: str, runbook: str = ""
 ) -> AlertSession:
-    """Store an accepted alert and queue its investigation once the row is committed."""
-    from sessions.tasks import enqueue_session  # the task module imports services
+    """Store an accepted alert together with its queued investigation, or neither.
 
+    With the ORM broker the task row is written in this transaction, so a failure to
+    enqueue rolls the session back and the client is told; nothing is left pending for
+    ever.
+    """
     with transaction.atomic():
         session = AlertSession.objects.create(
             alert_type=alert_type,
@@ -88,8 +96,21 @@ def session_create(
             runbook=runbook,
         )
         _publish_session_status(session)
-        transaction.on_commit(lambda: enqueue_session(session.id))
+        session_enqueue(session_id=session.id)
     return session
+
+
+def session_enqueue(*, session_id: Any) -> None:
+    """Queue the task that runs a session (by dotted path: services do not import tasks)."""
+    try:
+        async_task(
+            "sessions.tasks.run_session",
+            str(session_id),
+            task_name=f"session-{session_id}",
+            group="sessions",
+        )
+    except Exception as exc:
+        raise SessionNotQueued(f"the investigation could not be queued ({exc})") from exc
 
 
 def session_claim(*, session_id: Any, worker_id: str) -> bool:

@@ -6,24 +6,13 @@ import asyncio
 import logging
 import os
 import socket
-from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections
-from django_q.tasks import async_task
 
 from sessions import services
 
 logger = logging.getLogger(__name__)
-
-
-def enqueue_session(session_id: Any) -> None:
-    async_task(
-        "sessions.tasks.run_session",
-        str(session_id),
-        task_name=f"session-{session_id}",
-        group="sessions",
-    )
 
 
 def run_session(session_id: str) -> str:

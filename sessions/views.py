@@ -24,13 +24,17 @@ def session_list(request: HttpRequest) -> HttpResponse:
 def session_new(request: HttpRequest) -> HttpResponse:
     form = AlertForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        session = services.session_create(
-            alert_type=form.alert.alert_type,
-            alert_data=form.alert.data,
-            chain_id=form.alert.chain_id,
-            runbook=form.alert.runbook,
-            author=request.user.get_username(),
-        )
+        try:
+            session = services.session_create(
+                alert_type=form.alert.alert_type,
+                alert_data=form.alert.data,
+                chain_id=form.alert.chain_id,
+                runbook=form.alert.runbook,
+                author=request.user.get_username(),
+            )
+        except services.SessionNotQueued as exc:
+            form.add_error(None, f"{exc}; nothing was stored, submit it again.")
+            return render(request, "sessions/new.html", {"form": form}, status=503)
         return redirect("sessions:detail", session_id=session.id)
     return render(request, "sessions/new.html", {"form": form}, status=400 if form.errors else 200)
 

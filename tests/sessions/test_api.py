@@ -69,7 +69,7 @@ def test_it_measures_the_limit_in_bytes_not_characters(client, api_token):
         ({"data": ""}, "'data' is empty"),
         ({"data": "   \n"}, "'data' is empty"),
         ({"data": 42}, "'data' must be a string"),
-        ({"data": "x", "alert_typ": "k8s"}, "unknown field(s): alert_typ"),
+        ({"data": "x", "alert_typ": "k8s"}, "unknown field(s): 'alert_typ'"),
         ([1, 2], "must be a JSON object"),
     ],
 )

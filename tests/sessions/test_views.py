@@ -51,6 +51,27 @@ def test_the_form_explains_an_oversized_alert_and_creates_nothing(user):
     assert AlertSession.objects.count() == 0
 
 
+def test_the_form_keeps_what_was_typed_when_queueing_fails(user, monkeypatch):
+    from django.db import OperationalError
+    from django_q.brokers.orm import ORM
+
+    def refuse(self, task):
+        raise OperationalError("disk I/O error")
+
+    monkeypatch.setattr(ORM, "enqueue", refuse)
+    client = Client()
+    client.force_login(user)
+    response = client.post(
+        "/sessions/new/", {"alert_type": "kubernetes", "data": "pod payments-api is down"}
+    )
+    assert response.status_code == 503
+    page = response.content.decode()
+    assert "could not be queued" in page
+    assert "nothing was stored" in page
+    assert "pod payments-api is down" in page  # the form is shown again, filled in
+    assert AlertSession.objects.count() == 0
+
+
 def test_the_form_rejects_an_unknown_alert_type(user):
     client = Client()
     client.force_login(user)
