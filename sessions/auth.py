@@ -7,8 +7,12 @@ import logging
 import secrets
 from collections.abc import Callable
 from functools import wraps
+from importlib import import_module
+from types import SimpleNamespace
+from typing import Any
 
-from django.contrib.auth import get_user_model
+from django.conf import settings
+from django.contrib.auth import get_user, get_user_model
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError
@@ -42,6 +46,23 @@ def user_for_token(token: str) -> AbstractBaseUser | None:
         return None
     ApiToken.objects.filter(pk=api_token.pk).update(last_used_at=timezone.now())
     return api_token.user
+
+
+def user_still_allowed(scope: dict[str, Any]) -> bool:
+    """Whether the login a WebSocket was opened with still holds: the session exists
+    (not logged out), its password hash matches (no password change), and the user is
+    active. Django's own ``get_user`` makes each of those checks."""
+    user = scope.get("user")
+    if user is None or not user.is_authenticated:
+        return False
+    session = scope.get("session")
+    if session is None or session.session_key is None:
+        # No browser session (a test, or a future token-authenticated socket).
+        return get_user_model().objects.filter(pk=user.pk, is_active=True).exists()
+    engine = import_module(settings.SESSION_ENGINE)
+    request = SimpleNamespace(session=engine.SessionStore(session.session_key))
+    current = get_user(request)
+    return current.is_authenticated and current.pk == user.pk
 
 
 def _csrf_failure(request: HttpRequest) -> HttpResponse | None:

@@ -9,6 +9,7 @@ reload instead.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -18,6 +19,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from sessions import live, selectors
+from sessions.auth import user_still_allowed
 from sessions.models import AlertSession
 from sessions.relay import LIST_GROUP, ensure_relay_running, event_message, session_group
 from sessions.services import SESSION_STATUS
@@ -48,10 +50,22 @@ class _LiveConsumer(AsyncWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         ensure_relay_running()
         await self.accept()
+        self.access_check = asyncio.create_task(self.check_access())
 
     async def disconnect(self, code: int) -> None:
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if check := getattr(self, "access_check", None):
+            check.cancel()
+
+    async def check_access(self) -> None:
+        """Close the socket once its login no longer holds (logout, deactivation, a
+        password change): the page then reloads into the login form."""
+        while True:
+            await asyncio.sleep(settings.TARSY_WS_ACCESS_CHECK_INTERVAL)
+            if not await sync_to_async(user_still_allowed)(self.scope):
+                await self.close(code=CLOSE_UNAUTHENTICATED)
+                return
 
     async def setup(self) -> bool:
         raise NotImplementedError

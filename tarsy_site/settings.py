@@ -30,6 +30,8 @@ if not SECRET_KEY:
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# Pages on other origins allowed to open TARSy's WebSockets (tarsy_site/websocket.py).
+ALLOWED_WS_ORIGINS = env_list("ALLOWED_WS_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
@@ -173,6 +175,8 @@ TARSY_CONFIG = env_str("TARSY_CONFIG", str(BASE_DIR / "agents" / "tarsy.yaml"))
 TARSY_MAX_ALERT_BYTES = 1024 * 1024
 TARSY_RELAY_POLL_INTERVAL = env_float("TARSY_RELAY_POLL_INTERVAL", 0.02, minimum=0.001)
 TARSY_CATCHUP_LIMIT = env_int("TARSY_CATCHUP_LIMIT", 200, minimum=1)
+# An open socket re-checks its login this often: logged out, deactivated → closed.
+TARSY_WS_ACCESS_CHECK_INTERVAL = env_float("TARSY_WS_ACCESS_CHECK_INTERVAL", 15, minimum=0.05)
 TARSY_TRANSIENT_EVENT_TTL = env_float("TARSY_TRANSIENT_EVENT_TTL", 3600, minimum=1)
 # Per LLM call: silence before the first delta, silence between deltas, and the whole call.
 TARSY_LLM_FIRST_CHUNK_TIMEOUT = env_float("TARSY_LLM_FIRST_CHUNK_TIMEOUT", 120, minimum=0.1)

@@ -21,7 +21,13 @@
     setState("live");
   });
 
-  document.addEventListener("htmx:wsClose", function () { setState("reconnecting…"); });
+  document.addEventListener("htmx:wsClose", function (event) {
+    // 4401: the login behind this socket ended (logout, deactivation); the reload lands
+    // on the login page instead of reconnecting for ever.
+    var closed = event.detail && event.detail.event;
+    if (closed && closed.code === 4401) { window.location.reload(); return; }
+    setState("reconnecting…");
+  });
 
   // An out-of-band fragment whose target is missing is a new item: append it where it
   // says it belongs. Fragments without data-upsert-into (e.g. a chunk for an item that
