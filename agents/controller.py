@@ -15,10 +15,11 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from agents.config_types import CostEstimation, ResolvedAgentConfig
-from agents.masking import mask_tool_result
+from agents.masking import mask_text, mask_tool_result
 from agents.prompts import forced_conclusion
 from agents.recorder import Recorder, message_to_json
 from llm.base import Provider
+from llm.errors import CONNECTION_ERROR
 from llm.types import (
     CodeExecutionDelta,
     ConversationMessage,
@@ -105,7 +106,7 @@ class IteratingController:
             turn = await self._turn(run, tools, interaction_type="iteration")
             if turn.error:
                 return AgentResult(
-                    ExecutionStatus.FAILED, error=_describe(turn.error), iterations=iteration
+                    ExecutionStatus.FAILED, error=_describe(turn.error, run.choice), iterations=iteration
                 )
             if not turn.tool_calls:
                 return self._conclude(turn, iteration)
@@ -116,7 +117,7 @@ class IteratingController:
         turn = await self._turn(run, (), interaction_type="forced_conclusion")
         if turn.error:
             return AgentResult(
-                ExecutionStatus.FAILED, error=_describe(turn.error), iterations=limit + 1
+                ExecutionStatus.FAILED, error=_describe(turn.error, run.choice), iterations=limit + 1
             )
         return self._conclude(turn, limit + 1)
 
@@ -215,7 +216,7 @@ class IteratingController:
         if turn.error is not None:
             await run.recorder.add_item(
                 TimelineEventType.ERROR,
-                _describe(turn.error),
+                _describe(turn.error, run.choice),
                 metadata={"code": turn.error.code, "retryable": turn.error.retryable},
                 status=TimelineEventStatus.FAILED,
             )
@@ -345,6 +346,14 @@ async def _bounded(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
         await stream.aclose()
 
 
-def _describe(error: ErrorInfo) -> str:
+def _describe(error: ErrorInfo, choice: ProviderChoice) -> str:
+    """What went wrong, naming the provider (and where it was looked for when it could not
+    be reached). Masked: providers' error messages can quote what they were sent."""
     hint = " (temporary; retrying later may succeed)" if error.retryable else ""
-    return f"LLM error [{error.code}]: {error.message}{hint}"
+    where = ""
+    if error.code == CONNECTION_ERROR:
+        endpoint = choice.config.base_url or f"the default {choice.config.type} endpoint"
+        where = f"; could not connect to {endpoint}: check the provider's base_url"
+    return mask_text(
+        f"LLM error [{error.code}] from provider {choice.describe()}: {error.message}{where}{hint}"
+    )

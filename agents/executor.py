@@ -182,19 +182,30 @@ async def _run_stage(
 
 
 def _resolve_provider(name: str | None, backend: str | None, agent_name: str) -> ProviderChoice:
+    admin = "Django admin → LLM providers"
     if name:
-        row = LLMProvider.objects.filter(name=name, enabled=True).first()
+        row = LLMProvider.objects.filter(name=name).first()
         if row is None:
+            known = ", ".join(LLMProvider.objects.values_list("name", flat=True)) or "none"
             raise SessionFailure(
-                f"LLM provider {name!r} (used by {agent_name}) does not exist or is "
-                "disabled; check Django admin → LLM providers"
+                f"LLM provider {name!r} (used by {agent_name}) does not exist; "
+                f"providers: {known}. Add it in {admin}"
+            )
+        if not row.enabled:
+            raise SessionFailure(
+                f"LLM provider {name!r} (used by {agent_name}) is disabled; enable it in {admin}"
             )
     else:
-        row = LLMProvider.objects.filter(is_default=True, enabled=True).first()
+        row = LLMProvider.objects.filter(is_default=True).order_by("-enabled").first()
         if row is None:
             raise SessionFailure(
-                "No LLM provider is configured: mark one as default in Django admin or set "
+                f"No LLM provider is configured: mark one as default in {admin} or set "
                 "defaults.llm_provider in tarsy.yaml"
+            )
+        if not row.enabled:
+            raise SessionFailure(
+                f"The default LLM provider {row.name!r} is disabled: enable it, or mark "
+                f"another provider as default, in {admin}"
             )
     backend = backend or row.default_backend()
     allowed = BACKENDS_FOR_TYPE[row.type]

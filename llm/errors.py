@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 RATE_LIMIT = "rate_limit"
 SERVER_ERROR = "server_error"
+# The provider could not be reached at all (refused, DNS, TLS): most often a wrong base_url.
+CONNECTION_ERROR = "connection_error"
 TIMEOUT = "timeout"
 AUTH = "auth_error"
 INVALID_REQUEST = "invalid_request"
@@ -81,13 +83,11 @@ def classify_error(exc: BaseException) -> Classified:
         return Classified(SERVER_ERROR, True, message)
     if status in (400, 404, 409, 413, 422) or "BadRequest" in name or "InvalidArgument" in name:
         return Classified(INVALID_REQUEST, False, message)
-    # httpx's ConnectError (refused, reset while connecting) has no "Connection" in it.
-    if (
-        "Connection" in name
-        or "ConnectError" in name
-        or "RemoteProtocolError" in name
-        or "ReadError" in name
-    ):
+    # httpx's ConnectError (refused, DNS) and the SDKs' APIConnectionError wrapping it;
+    # a connection that broke later is the server's problem.
+    if "Connect" in name:
+        return Classified(CONNECTION_ERROR, True, message)
+    if "RemoteProtocolError" in name or "ReadError" in name:
         return Classified(SERVER_ERROR, True, message)
     if _TIMEOUT_RE.search(message):
         return Classified(TIMEOUT, True, message)

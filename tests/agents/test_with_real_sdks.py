@@ -132,3 +132,36 @@ def test_an_agents_native_tools_reach_gemini_when_it_has_no_mcp_tools(
     [body] = fake_gemini.bodies
     tools = body.get("tools") or []
     assert any("googleSearch" in tool or "google_search" in tool for tool in tools), tools
+
+
+def test_an_unreachable_base_url_is_named_in_the_error(tarsy_config, monkeypatch):
+    from llm.registry import get_backend
+    from tests.e2e.harness import free_port
+    from tests.llm.conftest import Sleeps
+
+    monkeypatch.setenv("TEST_OPENAI_KEY", "sk-test-not-real")
+    monkeypatch.setattr(get_backend("langchain"), "_sleep", Sleeps())  # retries never wait
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    LLMProvider.objects.create(
+        name="local-vllm",
+        type="openai",
+        model="qwen",
+        api_key_env="TEST_OPENAI_KEY",
+        base_url=url,
+        is_default=True,
+    )
+    session = services.session_create(
+        alert_type="kubernetes",
+        alert_data="pod down",
+        chain_id="kubernetes-investigation",
+        author="t",
+    )
+    assert run_session(str(session.id)) == "failed"
+    session.refresh_from_db()
+    for text in (
+        session.error_message,
+        TimelineEvent.objects.filter(session=session, event_type="error").first().content,
+    ):
+        assert "[connection_error]" in text
+        assert "'local-vllm'" in text
+        assert f"could not connect to {url}" in text

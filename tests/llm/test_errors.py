@@ -10,6 +10,7 @@ from google.genai import errors as genai_errors
 
 from llm.errors import (
     AUTH,
+    CONNECTION_ERROR,
     INVALID_REQUEST,
     QUOTA,
     RATE_LIMIT,
@@ -94,8 +95,8 @@ class StatusError(Exception):
             True,
         ),
         (httpx.ReadError("connection reset"), SERVER_ERROR, True),
-        (httpx.ConnectError("[Errno 111] Connection refused"), SERVER_ERROR, True),
-        (ConnectionResetError("reset by peer"), SERVER_ERROR, True),
+        (httpx.ConnectError("[Errno 111] Connection refused"), CONNECTION_ERROR, True),
+        (ConnectionResetError("reset by peer"), CONNECTION_ERROR, True),
         (RuntimeError("deadline exceeded while waiting"), TIMEOUT, True),
         (ValueError("boom"), UNKNOWN, False),
     ],

@@ -79,3 +79,12 @@ def test_orphaned_sessions_are_timed_out(settings):
     assert (half_said.status, half_said.content) == ("failed", "The pods are crash")
     stage.refresh_from_db()
     assert stage.status == "timed_out"
+
+
+def test_a_disabled_default_provider_is_reported_as_disabled(demo_provider):
+    demo_provider.enabled = False
+    demo_provider.save()
+    session = submit()
+    assert run_session(str(session.id)) == "failed"
+    session.refresh_from_db()
+    assert "The default LLM provider 'demo' is disabled" in session.error_message
