@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from collections.abc import Callable
 
@@ -93,6 +94,7 @@ _KEY_QUALIFIERS = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def secret_name(name: str) -> str | None:
     """The pattern name under which a value assigned to ``name`` is masked, or None."""
     words = [word.lower() for word in _WORD_RE.findall(name)]
@@ -304,6 +306,11 @@ _FLAG_KEY_RE = re.compile(r"(?P<key>(?<![\w-])--(?P<name>[A-Za-z][\w-]*)(?:=|[ \
 _VALUE_RE = re.compile(_VALUE)
 
 
+# After "name: " a bare value is a phrase ("passphrase: correct horse battery staple"),
+# in a log line or a string: it runs to the end of the line, a quote, an escape or a ",".
+_PHRASE_RE = re.compile(r"""[^\r\n"'\\,;]*""")
+
+
 def _assignments(key_re: re.Pattern[str]) -> Callable[[str], str]:
     def mask(text: str) -> str:
         out: list[str] = []
@@ -322,9 +329,17 @@ def _assignments(key_re: re.Pattern[str]) -> Callable[[str], str]:
             if masked is not None:
                 out += [text[position : key.start()], masked]
                 position = value.end()
+                if _is_phrase(key.group("key"), value.group("value")):
+                    position = _PHRASE_RE.match(text, position).end()
         return "".join(out) + text[position:] if out else text
 
     return mask
+
+
+def _is_phrase(key: str, value: str) -> bool:
+    bare = not value.startswith(("'", '"', '\\"'))
+    json_key = key.rstrip(" \t:=").endswith('"')
+    return bare and ":" in key and not json_key
 
 
 def _masked_assignment(

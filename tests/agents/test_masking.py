@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import time
+from collections.abc import Callable
 
 import pytest
 import yaml
@@ -23,6 +24,7 @@ from agents.masking import (
     mask_tool_result,
     patterns,
 )
+from tests import secrets_corpus
 
 SECRET_JSON = {
     "apiVersion": "v1",
@@ -179,9 +181,7 @@ def test_yaml_alias_bomb_is_not_expanded() -> None:
     for prev, name in itertools.pairwise("abcdefghi"):
         levels.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
     text = "kind: Secret\ndata: {password: aHVudGVyMg==}\n" + "\n".join(levels) + "\n"
-    masked, seconds = _timed(text)
-    assert_no_secret_values(masked)
-    assert seconds < 1.0
+    assert_no_secret_values(mask_tool_result(text))  # and it returns: the graph is walked once
 
 
 def test_kubectl_describe_secret_shows_sizes_only_and_is_unchanged() -> None:
@@ -492,13 +492,69 @@ def test_alert_is_masked_like_a_tool_result() -> None:
     )
 
 
-def _timed(text: str) -> tuple[str, float]:
-    start = time.perf_counter()
-    result = mask_tool_result(text)
-    return result, time.perf_counter() - start
+def _best_seconds(text: str, runs: int = 2) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        mask_tool_result(text)
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
-def test_one_mebibyte_of_logs_is_fast() -> None:
+def assert_linear(make: Callable[[int], str]) -> None:
+    """Masking ``make(n)`` grows linearly with n: four times the input, about four times
+    the time (quadratic growth would take sixteen).
+
+    This guards against catastrophic backtracking (a hostile tool result stalling a
+    worker); how fast masking is gets measured in bench/masking.py.
+    """
+    small, large = make(128 * 1024), make(512 * 1024)
+    t_small, t_large = _best_seconds(small), _best_seconds(large)
+    assert t_large < 8 * t_small + 0.05, (t_small, t_large)
+
+
+def _repeat(unit: str, prefix: str = "", suffix: str = "") -> Callable[[int], str]:
+    return lambda size: prefix + unit * (size // len(unit)) + suffix
+
+
+WORST_CASES = [
+    _repeat("a"),  # one huge word
+    _repeat("a-"),  # a word boundary at every other character
+    _repeat("password="),
+    _repeat("-----BEGIN RSA PRIVATE KEY-----"),  # never terminated
+    _repeat("://a:"),
+    _repeat("a", "x://", ":b"),
+    _repeat("eyJ"),
+    _repeat("data:\n", "kind: Secret\n"),
+    _repeat("name: DB_PASSWORD"),
+    _repeat("xoxb-"),
+    _repeat("sk-"),
+    _repeat("sk_live_"),
+    _repeat("AIza"),
+    _repeat("Basic "),
+    _repeat("Authorization: "),
+    _repeat("https://"),
+    _repeat("-u a:"),
+    _repeat("a_"),
+    _repeat("DB_PASS"),
+    _repeat("password: |\n"),
+    _repeat("password: x\n "),
+    _repeat('password: "\n '),
+    _repeat("passphrase: a b c d "),
+    _repeat("--a"),
+    _repeat("glpat-"),
+    _repeat("AC"),
+    _repeat("1", "", ":"),
+    _repeat('{"password": "hunter2", "name": "API_TOKEN", "value": "x"}\n'),
+]
+
+
+@pytest.mark.parametrize("make", WORST_CASES)
+def test_hostile_inputs_are_masked_in_linear_time(make: Callable[[int], str]) -> None:
+    assert_linear(make)
+
+
+def test_a_mebibyte_of_logs_is_masked() -> None:
     lines = [
         "2025-11-21T14:24:43.816Z WARN  config: DATABASE_PASSWORD is not set; no password",
         "2025-11-21T14:24:43.951Z ERROR db: fe_sendauth: no password supplied token=abc123",
@@ -506,41 +562,30 @@ def test_one_mebibyte_of_logs_is_fast() -> None:
         '{"password": "hunter2", "name": "API_TOKEN", "value": "x", "kind": "Pod"}',
     ]
     text = "\n".join(lines * (1024 * 1024 // sum(len(line) + 1 for line in lines) + 1))
-    assert len(text) >= 1024 * 1024
-    masked, seconds = _timed(text)
+    masked = mask_tool_result(text)
     assert "hunter2" not in masked
     assert "abc123" not in masked
-    assert seconds < 2.0
+    assert masked.count("DATABASE_PASSWORD is not set") == text.count(
+        "DATABASE_PASSWORD is not set"
+    )
 
 
 @pytest.mark.parametrize(
     "text",
     [
-        "a" * (1024 * 1024),  # one huge word
-        "a-" * (512 * 1024),  # a word boundary at every other character
-        "password=" * (120 * 1024),
-        "-----BEGIN RSA PRIVATE KEY-----" * (34 * 1024),  # never terminated
-        "://a:" * (210 * 1024),
-        "x://" + "a" * (1024 * 1024) + ":b",
-        "eyJ" * (350 * 1024),
-        "kind: Secret\n" + "data:\n" * (170 * 1024),
         "kind: Secret\n" + "data:\n" * (21 * 1024),  # just under the YAML parsing limit
         "kind: Secret\n" + "- a\n" * (32 * 1024 - 4),
-        "name: DB_PASSWORD" * (60 * 1024),
     ],
 )
-def test_pathological_mebibyte_inputs_stay_linear(text: str) -> None:
-    _, seconds = _timed(text)
-    assert seconds < 2.0
+def test_documents_at_the_yaml_parsing_limit_are_handled(text: str) -> None:
+    assert mask_tool_result(text) != WITHHELD_NOTICE
 
 
-def test_one_mebibyte_secret_list_is_fast_and_masked() -> None:
+def test_a_mebibyte_secret_list_is_masked() -> None:
     items = [{**SECRET_JSON, "metadata": {"name": f"s{i}"}} for i in range(6000)]
     text = json.dumps({"apiVersion": "v1", "kind": "SecretList", "items": items}, indent=2)
     assert len(text) >= 1024 * 1024
-    masked, seconds = _timed(text)
-    assert_no_secret_values(masked)
-    assert seconds < 2.0
+    assert_no_secret_values(mask_tool_result(text))
 
 
 # --- The demo cluster's real outputs stay useful --------------------------------------------
@@ -639,33 +684,6 @@ def test_detect_secrets_token_shapes_are_masked(token: str, expected: str) -> No
     assert mask_tool_result(f"output: {token} done") == f"output: {expected} done"
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "xoxb-" * (200 * 1024),
-        "sk-" * (350 * 1024),
-        "sk_live_" * (130 * 1024),
-        "AIza" * (260 * 1024),
-        "Basic " * (170 * 1024),
-        "Authorization: " * (70 * 1024),
-        "https://" * (130 * 1024),
-        "-u a:" * (200 * 1024),
-        "a_" * (512 * 1024),
-        "DB_PASS" * (150 * 1024),
-        "password: |\n" * (85 * 1024),
-        "password: x\n " * (80 * 1024),
-        'password: "\n ' * (80 * 1024),
-        "--a" * (350 * 1024),
-        "glpat-" * (170 * 1024),
-        "AC" * (512 * 1024),
-        "1" * (1024 * 1024) + ":",
-    ],
-)
-def test_new_patterns_stay_linear_on_their_worst_case(text: str) -> None:
-    _, seconds = _timed(text)
-    assert seconds < 2.0
-
-
 # Secret-named keys and values as the planted-secret corpus uses them; any nesting, any
 # serialization, anywhere in the document.
 _SECRET_KEYS = st.sampled_from(
@@ -738,3 +756,21 @@ def test_planted_secrets_never_survive_any_document(case) -> None:
 def test_masking_never_raises_and_is_idempotent_on_any_text(text: str) -> None:
     once = mask_alert(text)
     assert mask_tool_result(once) == once
+
+
+# --- The planted-secret corpus (tests/secrets_corpus.py) ----------------------------------
+
+
+@pytest.mark.parametrize(("shape", "text"), list(secrets_corpus.documents()))
+def test_no_planted_secret_survives_in_any_shape(shape: str, text: str) -> None:
+    for mask in (mask_alert, mask_tool_result):
+        masked = mask(text)
+        leaked = [value for value in secrets_corpus.forbidden() if value in masked]
+        assert not leaked, f"{shape}: {leaked}\n{masked}"
+
+
+@pytest.mark.parametrize("name", list(secrets_corpus.LINES))
+def test_each_planted_format_is_masked_on_its_own(name: str) -> None:
+    line, value = secrets_corpus.LINES[name]
+    assert value not in mask_tool_result(line)
+    assert value not in mask_alert(f"alert: x\n{line}\nmore: y")
