@@ -106,7 +106,9 @@ class IteratingController:
             turn = await self._turn(run, tools, interaction_type="iteration")
             if turn.error:
                 return AgentResult(
-                    ExecutionStatus.FAILED, error=_describe(turn.error, run.choice), iterations=iteration
+                    ExecutionStatus.FAILED,
+                    error=_describe(turn.error, run.choice),
+                    iterations=iteration,
                 )
             if not turn.tool_calls:
                 return self._conclude(turn, iteration)
@@ -117,7 +119,9 @@ class IteratingController:
         turn = await self._turn(run, (), interaction_type="forced_conclusion")
         if turn.error:
             return AgentResult(
-                ExecutionStatus.FAILED, error=_describe(turn.error, run.choice), iterations=limit + 1
+                ExecutionStatus.FAILED,
+                error=_describe(turn.error, run.choice),
+                iterations=limit + 1,
             )
         return self._conclude(turn, limit + 1)
 
@@ -163,6 +167,7 @@ class IteratingController:
     async def _call_llm(
         self, run: AgentRun, tools: tuple[ToolDefinition, ...], *, interaction_type: str
     ) -> LLMTurn:
+        await run.recorder.check_lease()  # a worker that lost its session calls no model
         request = GenerateRequest(
             messages=tuple(run.messages),
             config=run.choice.config,

@@ -21,6 +21,7 @@ from sessions.models import (
     TimelineEventStatus,
     TimelineEventType,
 )
+from sessions.services import Lease
 
 
 def db(function):
@@ -34,11 +35,16 @@ def message_to_json(message: ConversationMessage) -> dict[str, Any]:
 
 
 class Recorder:
-    """Records one agent execution: its timeline items, messages and interactions."""
+    """Records one agent execution: its timeline items, messages and interactions.
 
-    def __init__(self, session: AlertSession, execution: AgentExecution) -> None:
+    Every write goes under the session's lease and raises ``LeaseLost`` once the worker
+    no longer holds the session.
+    """
+
+    def __init__(self, session: AlertSession, execution: AgentExecution, lease: Lease) -> None:
         self.session = session
         self.execution = execution
+        self.lease = lease
         self._timeline_sequence = 0
         self._message_sequence = 0
 
@@ -52,7 +58,7 @@ class Recorder:
     ) -> TimelineEvent:
         self._timeline_sequence += 1
         return await db(services.timeline_event_add)(
-            session=self.session,
+            lease=self.lease,
             execution=self.execution,
             sequence_number=self._timeline_sequence,
             event_type=event_type,
@@ -72,7 +78,7 @@ class Recorder:
         return await self.start_item(event_type, content=content, metadata=metadata, status=status)
 
     async def chunk(self, item: TimelineEvent, delta: str) -> None:
-        await db(services.timeline_event_chunk)(event=item, delta=delta)
+        await db(services.timeline_event_chunk)(lease=self.lease, event=item, delta=delta)
 
     async def complete_item(
         self,
@@ -84,12 +90,18 @@ class Recorder:
         metadata: dict[str, Any] | None = None,
     ) -> TimelineEvent:
         return await db(services.timeline_event_complete)(
-            event=item, content=content, status=status, event_type=event_type, metadata=metadata
+            lease=self.lease,
+            event=item,
+            content=content,
+            status=status,
+            event_type=event_type,
+            metadata=metadata,
         )
 
     async def message(self, message: ConversationMessage) -> None:
         self._message_sequence += 1
         await db(services.message_create)(
+            lease=self.lease,
             execution=self.execution,
             sequence_number=self._message_sequence,
             role=str(message.role),
@@ -104,6 +116,7 @@ class Recorder:
 
     async def switch_provider(self, config: ProviderConfig, backend: str) -> None:
         self.execution = await db(services.execution_switch_provider)(
+            lease=self.lease,
             execution=self.execution,
             llm_provider=config.name,
             llm_backend=backend,
@@ -111,7 +124,17 @@ class Recorder:
         )
 
     async def llm_interaction(self, **fields: Any) -> None:
-        await db(services.llm_interaction_create)(execution=self.execution, **fields)
+        await db(services.llm_interaction_create)(
+            lease=self.lease, execution=self.execution, **fields
+        )
 
     async def mcp_interaction(self, **fields: Any) -> None:
-        await db(services.mcp_interaction_create)(execution=self.execution, **fields)
+        await db(services.mcp_interaction_create)(
+            lease=self.lease, execution=self.execution, **fields
+        )
+
+    async def check_lease(self) -> None:
+        """Raise ``LeaseLost`` now, rather than at the next write, if the session is gone:
+        before a model call, so a worker that lost its session calls no model."""
+        if await db(services.session_lease_status)(lease=self.lease) is None:
+            raise services.LeaseLost(self.lease)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import Any
 
 from django.conf import settings
@@ -17,6 +18,10 @@ from sessions import selectors, services
 from sessions.auth import api_view
 from sessions.intake import ALLOWED_FIELDS, AlertRejected, read_json_body, validate_alert
 from sessions.models import AlertSession, SessionStatus, TimelineEvent
+from sessions.relay import relay_health
+from sessions.supervision import cluster_silence_limit
+
+_VERSION = metadata.version("tarsy")
 
 
 def _error(message: str, status: int, **extra: Any) -> JsonResponse:
@@ -178,24 +183,65 @@ def session_timeline(request: HttpRequest, session_id) -> JsonResponse:
 @login_not_required
 @require_GET
 def health(request: HttpRequest) -> JsonResponse:
-    checks: dict[str, str] = {}
+    """TARSy's shape: ``{status: healthy|degraded|unhealthy, version, checks: {name:
+    {status, message}}}``. 503 only when the database (or the configuration) is broken;
+    work not being picked up is ``degraded`` with 200, so a load balancer keeps the web
+    process while an operator gets told."""
+    checks: dict[str, dict[str, Any]] = {}
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-        checks["database"] = "ok"
-    except DatabaseError as exc:
-        checks["database"] = f"error: {exc}"
-        return JsonResponse({"status": "unhealthy", "checks": checks}, status=503)
-    try:
+        checks["database"] = {"status": "healthy"}
         get_config()
-        checks["config"] = "ok"
+        checks["config"] = {"status": "healthy"}
+    except DatabaseError as exc:
+        checks["database"] = {"status": "unhealthy", "message": str(exc)}
+        return _health(checks, "unhealthy", 503)
     except ValueError as exc:
-        checks["config"] = f"error: {exc}"
-        return JsonResponse({"status": "unhealthy", "checks": checks}, status=503)
-    return JsonResponse(
-        {
-            "status": "healthy",
-            "checks": checks,
-            "queue": {"active_sessions": selectors.active_sessions().count()},
+        checks["config"] = {"status": "unhealthy", "message": str(exc)}
+        return _health(checks, "unhealthy", 503)
+    checks["worker_pool"] = _worker_pool_check()
+    checks["queue"] = _queue_check()
+    relay_ok, relay_message = relay_health()
+    checks["relay"] = {"status": "healthy" if relay_ok else "degraded", "message": relay_message}
+    degraded = any(check["status"] != "healthy" for check in checks.values())
+    return _health(checks, "degraded" if degraded else "healthy", 200)
+
+
+def _health(checks: dict[str, dict[str, Any]], status: str, code: int) -> JsonResponse:
+    return JsonResponse({"status": status, "version": _VERSION, "checks": checks}, status=code)
+
+
+def _worker_pool_check() -> dict[str, Any]:
+    within = cluster_silence_limit()
+    clusters = selectors.live_worker_clusters(within_seconds=within)
+    if not clusters:
+        return {
+            "status": "degraded",
+            "message": f"no worker cluster has reported in the last {within:g} s: "
+            "start one with 'manage.py qcluster'",
         }
-    )
+    workers = sum(cluster.workers for cluster in clusters)
+    return {"status": "healthy", "message": f"{len(clusters)} cluster(s), {workers} worker(s)"}
+
+
+def _queue_check() -> dict[str, Any]:
+    state = selectors.queue_state()
+    check: dict[str, Any] = {
+        "status": "healthy",
+        "pending": state.pending,
+        "running": state.running,
+        "oldest_pending_seconds": state.oldest_pending_seconds,
+    }
+    limit = settings.TARSY_MAX_CONCURRENT_SESSIONS
+    at_limit = bool(limit) and state.running >= limit
+    waited = state.oldest_pending_seconds or 0
+    if waited > settings.TARSY_PENDING_RECOVERY_AFTER and not at_limit:
+        check["status"] = "degraded"
+        check["message"] = (
+            f"the oldest pending session has waited {waited:.0f} s with room to run: "
+            "work is not being picked up"
+        )
+    elif at_limit:
+        check["message"] = f"at TARSY_MAX_CONCURRENT_SESSIONS ({limit}); new sessions wait"
+    return check

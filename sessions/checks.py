@@ -28,6 +28,15 @@ def check_queue_timeouts(app_configs, **kwargs) -> list[CheckMessage]:
                 id="tarsy.E002",
             )
         )
+    if settings.TARSY_ORPHAN_THRESHOLD < 2 * settings.TARSY_HEARTBEAT_INTERVAL:
+        problems.append(
+            Error(
+                f"TARSY_ORPHAN_THRESHOLD ({settings.TARSY_ORPHAN_THRESHOLD:g} s) must be at least "
+                f"twice TARSY_HEARTBEAT_INTERVAL ({settings.TARSY_HEARTBEAT_INTERVAL:g} s), or "
+                "healthy sessions are timed out between two heartbeats.",
+                id="tarsy.E004",
+            )
+        )
     return problems
 
 

@@ -20,9 +20,8 @@ from django.conf import settings
 
 from sessions import live, selectors
 from sessions.auth import user_still_allowed
-from sessions.models import AlertSession
+from sessions.models import AlertSession, SessionEventType
 from sessions.relay import LIST_GROUP, ensure_relay_running, event_message, session_group
-from sessions.services import SESSION_STATUS
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +139,7 @@ class SessionConsumer(_LiveConsumer):
         return await sync_to_async(load)()
 
     async def render(self, event: dict[str, Any]) -> str:
-        if event["type"] != SESSION_STATUS:
+        if event["type"] != SessionEventType.SESSION_STATUS:
             return live.session_fragments(event, None)
 
         def load() -> tuple[AlertSession, dict[str, Any]]:
@@ -162,7 +161,9 @@ class SessionListConsumer(_LiveConsumer):
         limit = settings.TARSY_CATCHUP_LIMIT
 
         def load() -> list[dict[str, Any]] | None:
-            events = selectors.events_after(cursor, types=[SESSION_STATUS], limit=limit + 1)
+            events = selectors.events_after(
+                cursor, types=[SessionEventType.SESSION_STATUS], limit=limit + 1
+            )
             if len(events) > limit:
                 return None
             return [event_message(e) for e in events]

@@ -15,13 +15,12 @@ from typing import Any
 from django.template.loader import render_to_string
 from django.utils.html import escape
 
-from sessions.models import AlertSession
-from sessions.services import (
-    SESSION_STATUS,
-    STREAM_CHUNK,
-    TIMELINE_COMPLETED,
-    TIMELINE_CREATED,
-)
+from sessions.models import AlertSession, SessionEventType
+
+SESSION_STATUS = SessionEventType.SESSION_STATUS
+STREAM_CHUNK = SessionEventType.STREAM_CHUNK
+TIMELINE_CREATED = SessionEventType.TIMELINE_CREATED
+TIMELINE_COMPLETED = SessionEventType.TIMELINE_COMPLETED
 
 TIMELINE_TYPES = (TIMELINE_CREATED, TIMELINE_COMPLETED)
 

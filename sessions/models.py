@@ -29,6 +29,8 @@ TERMINAL_SESSION_STATUSES = (
     SessionStatus.CANCELLED,
     SessionStatus.TIMED_OUT,
 )
+# A worker holds these sessions (or should: the reaper looks for the ones it lost).
+RUNNING_SESSION_STATUSES = (SessionStatus.IN_PROGRESS, SessionStatus.CANCELLING)
 
 
 class ExecutionStatus(models.TextChoices):
@@ -58,11 +60,19 @@ class AlertSession(models.Model):
     error_message = models.TextField(blank=True)
     worker_id = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # The lease of whoever may write about this session: set when a worker claims it,
+    # taken over by the reaper, cleared at the terminal status. Every write a worker
+    # makes is conditional on still holding it (sessions/services.py, _hold).
+    lease_token = models.UUIDField(null=True, blank=True, editable=False)
+    # When a task to run this pending session was last queued; null while it waits for
+    # room under TARSY_MAX_CONCURRENT_SESSIONS with no task queued.
+    enqueued_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
         indexes = [
             models.Index(fields=["status", "created_at"], name="session_status_created"),
+            models.Index(fields=["status", "heartbeat_at"], name="session_status_heartbeat"),
             models.Index(fields=["created_at"], name="session_created"),
             models.Index(fields=["alert_type"], name="session_alert_type"),
         ]
@@ -268,6 +278,16 @@ class MCPInteraction(models.Model):
         return f"{self.server_name}.{self.tool_name} ({self.interaction_type})"
 
 
+class SessionEventType(models.TextChoices):
+    """What an event-log row says happened (the outbox's vocabulary)."""
+
+    SESSION_STATUS = "session.status"
+    STAGE_STATUS = "stage.status"
+    TIMELINE_CREATED = "timeline_event.created"
+    TIMELINE_COMPLETED = "timeline_event.completed"
+    STREAM_CHUNK = "stream.chunk"
+
+
 class SessionEvent(models.Model):
     """The outbox every live update flows through.
 
@@ -295,6 +315,25 @@ class SessionEvent(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.id} {self.type}"
+
+
+class WorkerCluster(models.Model):
+    """A running ``manage.py qcluster``: its supervisor beats here every
+    ``TARSY_RECOVERY_INTERVAL``, so /health can tell whether anyone is taking work."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    host = models.CharField(max_length=200)
+    pid = models.PositiveIntegerField()
+    workers = models.PositiveIntegerField()
+    started_at = models.DateTimeField(auto_now_add=True)
+    heartbeat_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-heartbeat_at"]
+        indexes = [models.Index(fields=["heartbeat_at"], name="cluster_heartbeat")]
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid}"
 
 
 class ApiToken(models.Model):

@@ -19,8 +19,7 @@ from django.conf import settings
 from django.db import connection
 
 from sessions import selectors
-from sessions.models import SessionEvent
-from sessions.services import SESSION_STATUS
+from sessions.models import SessionEvent, SessionEventType
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +54,7 @@ class EventRelay:
         self.gap_grace = gap_grace
         self.clock = clock
         self.cursor = 0
+        self.last_poll: float | None = None  # clock() of the last read of the log
         self._started = False  # a hole before the first event is history (deleted rows)
         self._gap_seen_at: float | None = None
 
@@ -91,6 +91,7 @@ class EventRelay:
         while True:
             try:
                 events = await load(self.cursor, limit=BATCH)
+                self.last_poll = self.clock()
             except Exception:
                 logger.exception("event relay: reading the event log failed; retrying")
                 await asyncio.sleep(1)
@@ -98,7 +99,7 @@ class EventRelay:
             for event in self.deliverable(events):
                 message = {"type": "relay.event", "event": event_message(event)}
                 await layer.group_send(session_group(event.session_id), message)
-                if event.type == SESSION_STATUS:
+                if event.type == SessionEventType.SESSION_STATUS:
                     await layer.group_send(LIST_GROUP, message)
                 self.cursor = event.id
             if len(events) < BATCH:
@@ -106,15 +107,30 @@ class EventRelay:
 
 
 _relay_task: asyncio.Task | None = None
+_relay: EventRelay | None = None
+
+
+def relay_health() -> tuple[bool, str]:
+    """(healthy, what to say) for this process's relay, for /health."""
+    if _relay_task is None or _relay is None:
+        return True, "not started: it starts with the first live page in this process"
+    if _relay_task.done():
+        return False, "stopped; live pages in this process get no updates until a restart"
+    if _relay.last_poll is None:
+        return True, "starting"
+    age = _relay.clock() - _relay.last_poll
+    if age > max(5.0, 50 * _relay.poll_interval):
+        return False, f"stalled: last read the event log {age:.1f} s ago"
+    return True, f"last read the event log {age:.2f} s ago"
 
 
 def ensure_relay_running() -> None:
     """Start this process's relay on first use, in the server's event loop."""
-    global _relay_task
+    global _relay_task, _relay
     loop = asyncio.get_running_loop()
     # A relay from an event loop that has ended (tests run one loop each) is gone.
     if _relay_task is None or _relay_task.done() or _relay_task.get_loop() is not loop:
         # SQLite commits one writer at a time, so its ids never have in-flight holes.
         grace = 0.0 if connection.vendor == "sqlite" else GAP_GRACE
-        relay = EventRelay(settings.TARSY_RELAY_POLL_INTERVAL, gap_grace=grace)
-        _relay_task = loop.create_task(relay.run(), name="tarsy-event-relay")
+        _relay = EventRelay(settings.TARSY_RELAY_POLL_INTERVAL, gap_grace=grace)
+        _relay_task = loop.create_task(_relay.run(), name="tarsy-event-relay")

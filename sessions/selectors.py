@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, QuerySet, Sum
+from django.utils import timezone
 
-from sessions.models import AlertSession, SessionEvent, SessionStatus, TimelineEvent
-from sessions.services import STREAM_CHUNK
+from sessions.models import (
+    RUNNING_SESSION_STATUSES,
+    AlertSession,
+    SessionEvent,
+    SessionEventType,
+    SessionStatus,
+    TimelineEvent,
+    WorkerCluster,
+)
 
 DEFAULT_PAGE_SIZE = 25
 MAX_PAGE_SIZE = 100
@@ -32,6 +42,32 @@ def session_list(
 
 def session_page(sessions: QuerySet[AlertSession], *, page: int, page_size: int) -> Page:
     return Paginator(sessions, page_size).get_page(page)
+
+
+def live_worker_clusters(*, within_seconds: float) -> list[WorkerCluster]:
+    cutoff = timezone.now() - timedelta(seconds=within_seconds)
+    return list(WorkerCluster.objects.filter(heartbeat_at__gte=cutoff))
+
+
+@dataclass(frozen=True)
+class QueueState:
+    pending: int
+    running: int
+    oldest_pending_seconds: float | None
+
+
+def queue_state() -> QueueState:
+    oldest = (
+        AlertSession.objects.filter(status=SessionStatus.PENDING)
+        .order_by("created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    return QueueState(
+        pending=AlertSession.objects.filter(status=SessionStatus.PENDING).count(),
+        running=AlertSession.objects.filter(status__in=RUNNING_SESSION_STATUSES).count(),
+        oldest_pending_seconds=(timezone.now() - oldest).total_seconds() if oldest else None,
+    )
 
 
 def active_sessions() -> QuerySet[AlertSession]:
@@ -92,7 +128,9 @@ def streamed_text(timeline_event_ids: list[int], *, up_to_event_id: int) -> dict
     chunks: dict[int, list[str]] = defaultdict(list)
     rows = (
         SessionEvent.objects.filter(
-            timeline_event_id__in=timeline_event_ids, type=STREAM_CHUNK, id__lte=up_to_event_id
+            timeline_event_id__in=timeline_event_ids,
+            type=SessionEventType.STREAM_CHUNK,
+            id__lte=up_to_event_id,
         )
         .order_by("id")
         .values_list("timeline_event_id", "payload")

@@ -7,31 +7,29 @@ import logging
 import os
 import socket
 
-from django.conf import settings
 from django.db import close_old_connections
 
-from sessions import services
+from sessions import services, supervision
 
 logger = logging.getLogger(__name__)
 
 
 def run_session(session_id: str) -> str:
-    """Run one session. Idempotent: a re-delivered task finds the session claimed and stops."""
-    worker_id = f"{socket.gethostname()}:{os.getpid()}"
-    close_old_connections()
-    if not services.session_claim(session_id=session_id, worker_id=worker_id):
-        logger.info("session %s is not pending; another worker has or had it", session_id)
-        return "skipped"
-    from agents.executor import execute_session
-
-    try:
-        return asyncio.run(execute_session(session_id))
-    finally:
+    """Run one session. Idempotent: a re-delivered or duplicate task finds the session
+    claimed (or finished) and does nothing."""
+    with supervision.running(session_id):
+        if supervision.cluster_lost():
+            return "skipped: this worker's cluster is gone"
         close_old_connections()
+        claim = services.session_claim(
+            session_id=session_id, worker_id=f"{socket.gethostname()}:{os.getpid()}"
+        )
+        if claim.lease is None:
+            logger.info("session %s: %s", session_id, claim.outcome)
+            return claim.outcome
+        from agents.executor import execute_session
 
-
-def reap_orphans() -> int:
-    """Scheduled: time out sessions whose worker died, and drop expired stream chunks."""
-    reaped = services.sessions_time_out_orphans(threshold_seconds=settings.TARSY_ORPHAN_THRESHOLD)
-    services.transient_events_purge(older_than_seconds=settings.TARSY_TRANSIENT_EVENT_TTL)
-    return len(reaped)
+        try:
+            return asyncio.run(execute_session(claim.lease, should_stop=supervision.stop_reason))
+        finally:
+            close_old_connections()

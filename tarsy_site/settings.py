@@ -42,11 +42,12 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    # Before django_q: its qcluster command (with TARSy's supervision) replaces django-q2's.
+    "sessions.apps.SessionsConfig",
     "django_q",
     "django_htmx",
     "llm",
     "agents",
-    "sessions.apps.SessionsConfig",
 ]
 
 MIDDLEWARE = [
@@ -104,6 +105,9 @@ def _database() -> dict:
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
+        # Tests run workers in threads beside the test: an in-memory database (shared
+        # cache) answers "table is locked" at once instead of waiting like a file does.
+        config["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
     elif config["ENGINE"] == "django.db.backends.postgresql":
         try:
             import psycopg  # noqa: F401
@@ -164,6 +168,10 @@ Q_CLUSTER = {
     "timeout": int(TARSY_SESSION_TIMEOUT + 120),
     "retry": int(TARSY_SESSION_TIMEOUT + 180),
     "max_attempts": 1,
+    # A cluster holds at most one task beyond those its workers run: a task pulled by a
+    # cluster that then dies waits for recovery (TARSY_PENDING_RECOVERY_AFTER), and a busy
+    # cluster does not hoard tasks another one could run now.
+    "queue_limit": 1,
     "catch_up": False,
     "poll": env_float("TARSY_QUEUE_POLL", 0.1, minimum=0.01),
     "save_limit": 1000,
@@ -182,8 +190,13 @@ TARSY_TRANSIENT_EVENT_TTL = env_float("TARSY_TRANSIENT_EVENT_TTL", 3600, minimum
 TARSY_LLM_FIRST_CHUNK_TIMEOUT = env_float("TARSY_LLM_FIRST_CHUNK_TIMEOUT", 120, minimum=0.1)
 TARSY_LLM_STALL_TIMEOUT = env_float("TARSY_LLM_STALL_TIMEOUT", 60, minimum=0.1)
 TARSY_LLM_CALL_TIMEOUT = env_float("TARSY_LLM_CALL_TIMEOUT", 300, minimum=0.1)
-TARSY_HEARTBEAT_INTERVAL = env_float("TARSY_HEARTBEAT_INTERVAL", 30, minimum=0.1)
-TARSY_ORPHAN_THRESHOLD = env_float("TARSY_ORPHAN_THRESHOLD", 300, minimum=1)
+# Workers and leases (sessions/services.py, sessions/supervision.py).
+TARSY_HEARTBEAT_INTERVAL = env_float("TARSY_HEARTBEAT_INTERVAL", 10, minimum=0.1)
+TARSY_ORPHAN_THRESHOLD = env_float("TARSY_ORPHAN_THRESHOLD", 60, minimum=1)
+TARSY_LEASE_CHECK_INTERVAL = env_float("TARSY_LEASE_CHECK_INTERVAL", 1, minimum=0.05)
+TARSY_RECOVERY_INTERVAL = env_float("TARSY_RECOVERY_INTERVAL", 10, minimum=0.1)
+TARSY_PENDING_RECOVERY_AFTER = env_float("TARSY_PENDING_RECOVERY_AFTER", 60, minimum=1)
+TARSY_MAX_CONCURRENT_SESSIONS = env_int("TARSY_MAX_CONCURRENT_SESSIONS", 5, minimum=0)
 
 LOGGING = {
     "version": 1,

@@ -1,14 +1,34 @@
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 from django.contrib.auth import get_user_model
 from django.test import Client
+from django.utils import timezone
 
 from llm.models import LLMProvider, ProviderType
 from sessions.auth import api_token_create
+from sessions.models import AlertSession, SessionStatus
+from sessions.services import Lease
+
+
+def running_session(**fields) -> tuple[AlertSession, Lease]:
+    """A session some worker is running, and that worker's lease (no task, no queue)."""
+    token = uuid.uuid4()
+    defaults = {
+        "alert_type": "kubernetes",
+        "alert_data": "d",
+        "chain_id": "kubernetes-investigation",
+        "status": SessionStatus.IN_PROGRESS,
+        "worker_id": "test-worker",
+        "heartbeat_at": timezone.now(),
+        "started_at": timezone.now(),
+    }
+    session = AlertSession.objects.create(**{**defaults, **fields, "lease_token": token})
+    return session, Lease(session.id, token)
 
 
 @pytest.fixture

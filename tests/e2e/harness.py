@@ -15,7 +15,9 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +94,45 @@ class Deployment:
         self.processes[index] = self.start(name, log_mode="a")
         _wait_for_health(self)
 
+    def query(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """Read the deployment's database directly (SQLite file or PostgreSQL), as an
+        operator would; ``%s`` placeholders. UUIDs come back as 32 hex digits on both."""
+        url = self.env["DATABASE_URL"]
+        if url.startswith("sqlite"):
+            import sqlite3
+
+            with contextlib.closing(
+                sqlite3.connect(f"file:{self.database}?mode=ro", uri=True)
+            ) as db:
+                rows = db.execute(sql.replace("%s", "?"), params).fetchall()
+        else:
+            import psycopg
+
+            with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as db:
+                rows = db.execute(sql, params).fetchall()
+        return [tuple(v.hex if isinstance(v, uuid.UUID) else v for v in row) for row in rows]
+
+    def api(self, method: str, path: str, token: str, body: dict | None = None) -> tuple[int, Any]:
+        request = urllib.request.Request(
+            f"{self.base_url}{path}",
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"null")
+
+    def api_token(self) -> str:
+        return self.manage("create_api_token", "e2e-client").strip()
+
+    def restart(self, name: str) -> None:
+        """Start ``name`` again after it was killed; its log goes on in the same file."""
+        index = list(self.commands).index(name)
+        self.processes[index] = self.start(name, log_mode="a")
+
     def log_tail(self, lines: int = 60) -> str:
         out = []
         for log in self.logs:
@@ -111,7 +152,11 @@ def _provider_setup_code(provider: dict) -> str:
 
 @contextlib.contextmanager
 def deployment(
-    tmp_path: Path, *, provider: dict, extra_env: dict[str, str] | None = None
+    tmp_path: Path,
+    *,
+    provider: dict,
+    extra_env: dict[str, str] | None = None,
+    clusters: int = 1,
 ) -> Iterator[Deployment]:
     data_dir = tmp_path / "data"
     data_dir.mkdir()
@@ -146,7 +191,10 @@ def deployment(
             str(port),
             "tarsy_site.asgi:application",
         ],
-        "qcluster": [sys.executable, "manage.py", "qcluster"],
+        **{
+            "qcluster" + (f"-{n}" if n > 1 else ""): [sys.executable, "manage.py", "qcluster"]
+            for n in range(1, clusters + 1)
+        },
     }
     dep.commands = commands
     try:
@@ -185,6 +233,22 @@ def _wait_for_health(dep: Deployment, timeout: float = 60) -> None:
                 return
         time.sleep(0.2)
     raise RuntimeError(f"TARSy did not become healthy in {timeout} s:\n{dep.log_tail()}")
+
+
+def process_group(pgid: int) -> list[int]:
+    """The live processes of a process group (Linux /proc)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, …
+            members.append(int(entry.name))
+    return members
 
 
 def launch_browser(playwright):

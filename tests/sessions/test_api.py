@@ -193,7 +193,7 @@ def test_unknown_session_is_404(client, api_token):
 def test_health_needs_no_login(client):
     response = client.get("/health")
     assert response.status_code == 200
-    assert response.json()["status"] == "healthy"
+    assert response.json()["checks"]["database"] == {"status": "healthy"}
     assert client.get("/api/v1/health").status_code == 200
 
 

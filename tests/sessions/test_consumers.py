@@ -13,6 +13,8 @@ from sessions import services
 from sessions.models import AlertSession, SessionEvent, TimelineEventStatus, TimelineEventType
 from sessions.relay import event_message, session_group
 from sessions.routing import websocket_urlpatterns
+from sessions.services import Lease
+from tests.conftest import running_session
 
 # Every consumer test needs a real transaction: the consumer reads from other threads.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,9 +23,11 @@ CURSOR = re.compile(r'data-last-event-id="(\d+)"')
 
 
 def make_session() -> AlertSession:
-    return AlertSession.objects.create(
-        alert_type="kubernetes", alert_data="d", chain_id="kubernetes-investigation"
-    )
+    return running_session()[0]
+
+
+def lease(session: AlertSession) -> Lease:
+    return Lease(session.id, session.lease_token)
 
 
 async def connect(user, path: str) -> WebsocketCommunicator:
@@ -49,15 +53,19 @@ def ids(messages: list[str]) -> list[int]:
 async def test_it_replays_everything_after_the_cursor_in_order(user):
     session = await sync_to_async(make_session)()
     thinking = await sync_to_async(services.timeline_event_add)(
-        session=session,
+        lease=lease(session),
         event_type=TimelineEventType.LLM_THINKING,
         status=TimelineEventStatus.STREAMING,
     )
     cursor = await sync_to_async(lambda: SessionEvent.objects.latest("id").id)()
-    await sync_to_async(services.timeline_event_chunk)(event=thinking, delta="Looking ")
-    await sync_to_async(services.timeline_event_chunk)(event=thinking, delta="<at> pods")
+    await sync_to_async(services.timeline_event_chunk)(
+        lease=lease(session), event=thinking, delta="Looking "
+    )
+    await sync_to_async(services.timeline_event_chunk)(
+        lease=lease(session), event=thinking, delta="<at> pods"
+    )
     await sync_to_async(services.timeline_event_complete)(
-        event=thinking, content="Looking <at> pods"
+        lease=lease(session), event=thinking, content="Looking <at> pods"
     )
     expected = await sync_to_async(
         lambda: list(SessionEvent.objects.filter(id__gt=cursor).values_list("id", flat=True))
@@ -84,7 +92,7 @@ async def test_it_sends_live_events_after_the_replay_without_duplicates(user):
     assert len(replayed) == 0  # session_create's event came from services; this one has none
 
     item = await sync_to_async(services.timeline_event_add)(
-        session=session, event_type=TimelineEventType.FINAL_ANALYSIS, content="All good"
+        lease=lease(session), event_type=TimelineEventType.FINAL_ANALYSIS, content="All good"
     )
     live = await receive_until_quiet(communicator, quiet_for=1)
     assert len(live) == 1
@@ -105,7 +113,7 @@ async def test_events_of_other_sessions_do_not_leak(user):
     communicator = await connect(user, f"/ws/sessions/{mine.id}/")
     await communicator.send_json_to({"action": "subscribe", "last_event_id": 0})
     await sync_to_async(services.timeline_event_add)(
-        session=other, event_type=TimelineEventType.FINAL_ANALYSIS, content="not yours"
+        lease=lease(other), event_type=TimelineEventType.FINAL_ANALYSIS, content="not yours"
     )
     assert await receive_until_quiet(communicator, quiet_for=0.6) == []
     await communicator.disconnect()
@@ -116,7 +124,7 @@ async def test_a_long_absence_asks_the_page_to_reload(user, settings):
     session = await sync_to_async(make_session)()
     for n in range(3):
         await sync_to_async(services.timeline_event_add)(
-            session=session, event_type=TimelineEventType.LLM_RESPONSE, content=str(n)
+            lease=lease(session), event_type=TimelineEventType.LLM_RESPONSE, content=str(n)
         )
     communicator = await connect(user, f"/ws/sessions/{session.id}/")
     await communicator.send_json_to({"action": "subscribe", "last_event_id": 0})

@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
@@ -20,7 +25,7 @@ def no_keys(monkeypatch, settings, tmp_path):
     monkeypatch.delenv("TARSY_ADMIN_PASSWORD", raising=False)
 
 
-def test_a_fresh_install_gets_a_login_the_demo_provider_and_the_reaper(tmp_path, capsys):
+def test_a_fresh_install_gets_a_login_and_the_demo_provider(tmp_path, capsys):
     call_command("tarsy_setup")
     out = capsys.readouterr().out
     password = (tmp_path / "admin-password.txt").read_text().strip()
@@ -31,7 +36,14 @@ def test_a_fresh_install_gets_a_login_the_demo_provider_and_the_reaper(tmp_path,
     assert admin.check_password(password)
     demo = LLMProvider.objects.get()
     assert (demo.name, demo.type, demo.is_default) == ("demo", "scripted", True)
-    assert Schedule.objects.filter(func="sessions.tasks.reap_orphans").count() == 1
+
+
+def test_the_old_reaper_schedule_is_removed(capsys):
+    # Every qcluster's supervisor reaps orphans now; a schedule left by an earlier
+    # version would call a task that no longer exists.
+    Schedule.objects.create(name="tarsy-reap-orphans", func="sessions.tasks.reap_orphans")
+    call_command("tarsy_setup")
+    assert not Schedule.objects.exists()
 
 
 def test_it_is_idempotent(capsys):
@@ -39,7 +51,6 @@ def test_it_is_idempotent(capsys):
     call_command("tarsy_setup")
     assert get_user_model().objects.count() == 1
     assert LLMProvider.objects.count() == 1
-    assert Schedule.objects.count() == 1
 
 
 def test_an_api_key_in_the_environment_makes_a_real_default_provider(monkeypatch, capsys):
@@ -60,3 +71,46 @@ def test_a_chosen_admin_password_is_used(monkeypatch, tmp_path):
     call_command("tarsy_setup")
     assert get_user_model().objects.get(username="admin").check_password("chosen-password-1")
     assert not (tmp_path / "admin-password.txt").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_set_ups_at_once_on_a_fresh_database_both_succeed(tmp_path):
+    """A multi-container start runs tarsy_setup in every container at the same time."""
+    base = {**os.environ, "SECRET_KEY": "test", "TARSY_ADMIN_PASSWORD": "pw-for-the-test-1"}
+    for name in KEY_VARIABLES:
+        base.pop(name, None)
+    for attempt in range(4):
+        env = {**base, "DATABASE_URL": f"sqlite:///{tmp_path / f'race-{attempt}.sqlite3'}"}
+        env["TARSY_DATA_DIR"] = str(tmp_path)
+        manage = [sys.executable, "manage.py"]
+        subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, cwd=ROOT, timeout=120)
+        both = [
+            subprocess.Popen(
+                [*manage, "tarsy_setup"],
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outputs = [process.communicate(timeout=120)[0] for process in both]
+        assert [process.returncode for process in both] == [0, 0], outputs
+        count = subprocess.run(
+            [*manage, "shell", "-v0", "-c", COUNT],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        assert count.stdout.split() == ["1", "1"], outputs
+
+
+COUNT = (
+    "from django.contrib.auth import get_user_model; from llm.models import LLMProvider; "
+    "print(get_user_model().objects.count(), LLMProvider.objects.count())"
+)
+ROOT = Path(__file__).resolve().parents[2]

@@ -5,6 +5,7 @@ from django.test import Client
 
 from sessions import services
 from sessions.models import AlertSession, TimelineEventStatus, TimelineEventType
+from tests.conftest import running_session
 
 pytestmark = pytest.mark.django_db
 
@@ -81,16 +82,14 @@ def test_the_form_rejects_an_unknown_alert_type(user):
 
 
 def test_the_session_page_shows_streamed_text_up_to_its_cursor(user):
-    session = services.session_create(
-        alert_type="kubernetes", alert_data="d", chain_id="kubernetes-investigation", author="a"
-    )
+    session, lease = running_session()
     item = services.timeline_event_add(
-        session=session,
+        lease=lease,
         event_type=TimelineEventType.LLM_THINKING,
         status=TimelineEventStatus.STREAMING,
     )
-    services.timeline_event_chunk(event=item, delta="checking the ")
-    services.timeline_event_chunk(event=item, delta="pods")
+    services.timeline_event_chunk(lease=lease, event=item, delta="checking the ")
+    services.timeline_event_chunk(lease=lease, event=item, delta="pods")
     client = Client()
     client.force_login(user)
     page = client.get(f"/sessions/{session.id}/").content.decode()

@@ -1,4 +1,8 @@
-"""First-run set-up used by bin/run: a login, a demo LLM provider, the reaper schedule."""
+"""First-run set-up used by bin/run: a login and an LLM provider.
+
+Safe to run from several containers at once: the whole set-up is one transaction,
+serialized across processes, so only one of them creates anything.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,11 @@ import secrets
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from django.db import transaction
 from django_q.models import Schedule
 
 from llm.models import LLMProvider, ProviderType
+from sessions.services import serialize_transaction
 
 # The first of these whose key variable is set becomes the default provider on a
 # fresh install; with none set, the scripted demo does.
@@ -23,20 +29,16 @@ KEYED_PROVIDERS = [
 
 
 class Command(BaseCommand):
-    help = "Make sure a login, an LLM provider and TARSy's scheduled jobs exist."
+    help = "Make sure a login and an LLM provider exist."
 
     def handle(self, *args, **options) -> None:
-        self.ensure_login()
-        self.ensure_provider()
-        Schedule.objects.update_or_create(
-            name="tarsy-reap-orphans",
-            defaults={
-                "func": "sessions.tasks.reap_orphans",
-                "schedule_type": Schedule.MINUTES,
-                "minutes": 1,
-                "repeats": -1,
-            },
-        )
+        with transaction.atomic():
+            serialize_transaction("tarsy-setup")
+            self.ensure_login()
+            self.ensure_provider()
+            # Earlier versions reaped orphans from a django-q2 schedule; every qcluster's
+            # supervisor does it now (sessions/supervision.py).
+            Schedule.objects.filter(name="tarsy-reap-orphans").delete()
 
     def ensure_login(self) -> None:
         users = get_user_model()

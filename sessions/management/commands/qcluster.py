@@ -1,0 +1,41 @@
+"""``manage.py qcluster``: django-q2's cluster with TARSy's supervision (sessions/supervision.py).
+
+This app is listed before ``django_q`` in INSTALLED_APPS, so this command replaces
+django-q2's own: operators keep typing ``qcluster`` and get recovery and orphan-proof
+workers with it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from django import db
+from django.conf import settings
+from django_q.cluster import Cluster
+from django_q.management.commands.qcluster import Command as DjangoQCommand
+
+from sessions import supervision
+
+
+class Command(DjangoQCommand):
+    help = "Run TARSy's workers: a django-q2 cluster, its recovery loop and orphan guard."
+
+    def handle(self, *args, **options) -> None:
+        settings.SECRET_KEY  # noqa: B018 - django-q2 signs tasks with it: fail early
+        if options.get("cluster_name"):
+            os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
+        supervision.watch_parent_in_children()
+        # Each process opens its own connections: one inherited across fork would be
+        # closed by the child under the parent's feet (PostgreSQL).
+        db.connections.close_all()
+        cluster = Cluster()
+        cluster.start()
+        if options.get("run_once"):
+            cluster.stop()
+            return
+        sentinel = cluster.sentinel
+        supervision.supervise(
+            sentinel.is_alive,
+            workers=settings.Q_CLUSTER["workers"],
+            wait=lambda seconds: sentinel.join(timeout=seconds),
+        )

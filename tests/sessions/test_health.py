@@ -1,0 +1,92 @@
+"""/health tells the truth: the database, whether any worker cluster is alive, whether
+pending work is being picked up, and this process's relay."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import OperationalError
+from django.utils import timezone
+
+from sessions import services
+from sessions.models import AlertSession, SessionStatus
+
+pytestmark = pytest.mark.django_db
+
+
+def beat(seconds_ago: float = 0) -> None:
+    services.worker_cluster_beat(cluster_id=uuid.uuid4(), host="h", pid=1, workers=2)
+    if seconds_ago:
+        from sessions.models import WorkerCluster
+
+        WorkerCluster.objects.update(heartbeat_at=timezone.now() - timedelta(seconds=seconds_ago))
+
+
+def pending(seconds_ago: float) -> AlertSession:
+    session = AlertSession.objects.create(alert_type="k", alert_data="d", chain_id="c")
+    AlertSession.objects.filter(id=session.id).update(
+        created_at=timezone.now() - timedelta(seconds=seconds_ago)
+    )
+    return session
+
+
+def test_healthy_with_a_live_cluster_and_nothing_waiting(client):
+    beat()
+    body = client.get("/health").json()
+    assert body["status"] == "healthy", body
+    assert body["checks"]["worker_pool"] == {
+        "status": "healthy",
+        "message": "1 cluster(s), 2 worker(s)",
+    }
+    assert body["version"]
+
+
+def test_degraded_when_no_cluster_has_beaten_recently(client, settings):
+    settings.TARSY_RECOVERY_INTERVAL = 10
+    beat(seconds_ago=31)  # the only cluster was killed half a minute ago
+    response = client.get("/health")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "degraded"
+    assert body["checks"]["worker_pool"]["status"] == "degraded"
+    assert "manage.py qcluster" in body["checks"]["worker_pool"]["message"]
+
+
+def test_degraded_when_pending_work_is_not_picked_up(client, settings):
+    settings.TARSY_PENDING_RECOVERY_AFTER = 60
+    beat()
+    pending(seconds_ago=90)
+    body = client.get("/health").json()
+    assert body["status"] == "degraded"
+    queue = body["checks"]["queue"]
+    assert queue["pending"] == 1
+    assert queue["oldest_pending_seconds"] >= 90
+    assert "not being picked up" in queue["message"]
+
+
+def test_waiting_for_room_under_the_limit_is_healthy(client, settings):
+    settings.TARSY_MAX_CONCURRENT_SESSIONS = 1
+    beat()
+    AlertSession.objects.create(
+        alert_type="k", alert_data="d", chain_id="c", status=SessionStatus.IN_PROGRESS
+    )
+    pending(seconds_ago=600)
+    body = client.get("/health").json()
+    assert body["status"] == "healthy", body
+    assert "TARSY_MAX_CONCURRENT_SESSIONS" in body["checks"]["queue"]["message"]
+
+
+def test_unhealthy_503_when_the_database_is_down(client, monkeypatch):
+    from django.db import connection
+
+    def down():
+        raise OperationalError("unable to open database file")
+
+    monkeypatch.setattr(connection, "cursor", down)
+    response = client.get("/health")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "unhealthy"
+    assert "unable to open database file" in body["checks"]["database"]["message"]
