@@ -14,6 +14,7 @@ from sessions.models import (
     SessionEvent,
     Stage,
     TimelineEvent,
+    WorkerCluster,
 )
 
 
@@ -91,3 +92,10 @@ class ApiTokenAdmin(ReadOnlyAdmin):
 
     list_display = ("prefix", "user", "created_at", "last_used_at")
     fields = ("prefix", "user", "created_at", "last_used_at")
+
+
+@admin.register(WorkerCluster)
+class WorkerClusterAdmin(ReadOnlyAdmin):
+    """Running qclusters, as their supervisors last reported them."""
+
+    list_display = ("host", "pid", "workers", "started_at", "heartbeat_at")
