@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +27,7 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 from playwright.sync_api import sync_playwright
 
+from bench.stats import load_average, summary
 from tests.e2e.harness import deployment, launch_browser, log_in
 
 WORDS = 120
@@ -55,19 +55,6 @@ new MutationObserver(records => {
   }
 }).observe(document, {childList: true, subtree: true, characterData: true});
 """
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def summary(name: str, values: list[float], aim: float) -> str:
-    median = statistics.median(values)
-    return (
-        f"{name:<34} n={len(values):<5} median={median:7.1f} ms  p95={percentile(values, 0.95):7.1f} ms  "
-        f"max={max(values):7.1f} ms  median/aim={median / aim:5.2f} (aim {aim:.0f} ms)"
-    )
 
 
 def chunk_times(database: Path, session_id: str) -> dict[str, float]:
@@ -148,7 +135,7 @@ def main() -> None:
             browser.close()
 
     print()
-    print(f"{args.workers} workers, queue poll {args.queue_poll} s, SQLite (WAL)")
+    print(f"{args.workers} workers, queue poll {args.queue_poll} s, SQLite (WAL); {load_average()}")
     print(summary("submit → first timeline item", first_item, AIM_FIRST_ITEM_MS))
     # A worker process's first session imports the agent stack and cannot use a
     # remembered tool list yet; the sessions after it show the steady state.
