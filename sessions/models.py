@@ -62,7 +62,7 @@ class AlertSession(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     # The lease of whoever may write about this session: set when a worker claims it,
     # taken over by the reaper, cleared at the terminal status. Every write a worker
-    # makes is conditional on still holding it (sessions/services.py, _hold).
+    # makes is conditional on still holding it (sessions/services/leases.py).
     lease_token = models.UUIDField(null=True, blank=True, editable=False)
     # When a task to run this pending session was last queued; null while it waits for
     # room under TARSY_MAX_CONCURRENT_SESSIONS with no task queued.

@@ -1,0 +1,204 @@
+"""A session's life: created with its task, claimed by one worker, ended once."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from sessions.models import (
+    RUNNING_SESSION_STATUSES,
+    AgentExecution,
+    AlertSession,
+    ExecutionStatus,
+    SessionStatus,
+    Stage,
+    TimelineEvent,
+    TimelineEventStatus,
+    TimelineEventType,
+)
+from sessions.selectors import latest_event_id, streamed_text
+from sessions.services.events import publish_session_status, serialize_transaction
+from sessions.services.leases import Lease, hold
+from sessions.services.queue import session_enqueue, sessions_dispatch_waiting
+from sessions.services.records import item_complete, item_create, stage_close
+
+
+def session_create(
+    *, alert_type: str, alert_data: str, chain_id: str, author: str, runbook: str = ""
+) -> AlertSession:
+    """Store an accepted alert together with its queued investigation, or neither.
+
+    With the ORM broker the task row is written in this transaction, so a failure to
+    enqueue rolls the session back and the client is told; nothing is left pending for
+    ever.
+    """
+    with transaction.atomic():
+        session = AlertSession.objects.create(
+            alert_type=alert_type,
+            alert_data=alert_data,
+            chain_id=chain_id,
+            author=author,
+            runbook=runbook,
+            enqueued_at=timezone.now(),
+        )
+        publish_session_status(session.id)
+        session_enqueue(session_id=session.id)
+    return session
+
+
+@dataclass(frozen=True)
+class Claim:
+    outcome: str  # "claimed", "deferred" (no room yet) or "skipped" (not pending)
+    lease: Lease | None = None
+
+
+def session_claim(*, session_id: Any, worker_id: str) -> Claim:
+    """Take a pending session for this worker, if there is room under the global limit.
+
+    Idempotent: django-q2 delivers a task again after a killed worker, and recovery may
+    queue a second task for the same session; only one claim can succeed. The running
+    sessions are counted in the same serialized transaction as the claim, so the limit
+    holds across any number of clusters.
+    """
+    limit = settings.TARSY_MAX_CONCURRENT_SESSIONS
+    now = timezone.now()
+    with transaction.atomic():
+        serialize_transaction("tarsy-session-claim")
+        pending = AlertSession.objects.filter(id=session_id, status=SessionStatus.PENDING)
+        if (
+            limit
+            and AlertSession.objects.filter(status__in=RUNNING_SESSION_STATUSES).count() >= limit
+        ):
+            # No task stays queued for it: whoever frees a slot queues it again.
+            if pending.update(enqueued_at=None) != 1:
+                return Claim("skipped")
+            return Claim("deferred")
+        token = uuid.uuid4()
+        claimed = pending.update(
+            status=SessionStatus.IN_PROGRESS,
+            worker_id=worker_id,
+            started_at=now,
+            heartbeat_at=now,
+            lease_token=token,
+            enqueued_at=None,
+        )
+        if claimed != 1:
+            # Another worker got there first, or this task was a duplicate.
+            return Claim("skipped")
+        publish_session_status(session_id)
+    return Claim("claimed", Lease(session_id, token))
+
+
+def session_end(
+    *,
+    lease: Lease,
+    status: SessionStatus,
+    final_analysis: str = "",
+    error_message: str = "",
+    explain: bool = False,
+) -> None:
+    """End a session: close whatever it left open, explain why (an ``error`` item) when
+    asked, set the terminal status and give the lease up, in one transaction."""
+    with transaction.atomic():
+        # Serialized with claims, so a claim deferred for want of room cannot miss the
+        # slot this frees (sessions_dispatch_waiting below).
+        serialize_transaction("tarsy-session-claim")
+        hold(lease)
+        if status != SessionStatus.COMPLETED:
+            _close_open_work(lease.session_id, _work_status(status), error_message)
+        if explain:
+            item_create(
+                session_id=lease.session_id,
+                execution=None,
+                sequence_number=None,
+                event_type=TimelineEventType.ERROR,
+                content=error_message,
+                metadata={},
+                status=TimelineEventStatus.FAILED,
+            )
+        AlertSession.objects.filter(id=lease.session_id, lease_token=lease.token).update(
+            status=status,
+            final_analysis=final_analysis,
+            error_message=error_message,
+            completed_at=timezone.now(),
+            lease_token=None,
+        )
+        publish_session_status(lease.session_id)
+        # A slot is free: a session waiting for one gets its task now.
+        transaction.on_commit(sessions_dispatch_waiting)
+
+
+def _work_status(status: SessionStatus) -> ExecutionStatus:
+    return {
+        SessionStatus.TIMED_OUT: ExecutionStatus.TIMED_OUT,
+        SessionStatus.CANCELLED: ExecutionStatus.CANCELLED,
+    }.get(status, ExecutionStatus.FAILED)
+
+
+def _close_open_work(session_id: Any, status: ExecutionStatus, reason: str) -> None:
+    """Streaming items keep the text they had streamed (rebuilt from their chunks) and end
+    failed; active executions and stages end with ``status``."""
+    open_items = list(
+        TimelineEvent.objects.filter(session_id=session_id, status=TimelineEventStatus.STREAMING)
+    )
+    if open_items:
+        streamed = streamed_text([i.id for i in open_items], up_to_event_id=latest_event_id())
+        for item in open_items:
+            item_complete(
+                item,
+                content=streamed.get(item.id) or f"Interrupted: {reason}",
+                status=TimelineEventStatus.FAILED,
+                event_type=None,
+                metadata={"interrupted": reason},
+            )
+    AgentExecution.objects.filter(
+        session_id=session_id, status__in=[ExecutionStatus.PENDING, ExecutionStatus.ACTIVE]
+    ).update(status=status, error_message=reason, completed_at=timezone.now())
+    for stage in Stage.objects.filter(
+        session_id=session_id, status__in=[ExecutionStatus.PENDING, ExecutionStatus.ACTIVE]
+    ):
+        stage_close(stage, status, reason)
+
+
+def sessions_time_out_orphans(*, threshold_seconds: float) -> list[Any]:
+    """Time out running sessions whose worker stopped heart-beating (killed, stalled).
+
+    Decide first: one conditional UPDATE per session, with the staleness test inside its
+    WHERE, takes the session's lease; only a session it took gets the consequences.
+    """
+    cutoff = timezone.now() - timedelta(seconds=threshold_seconds)
+    stale = Q(status__in=RUNNING_SESSION_STATUSES) & (
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)
+    )
+    reaper = f"reaper@{socket.gethostname()}:{os.getpid()}"
+    reaped = []
+    for session_id, status, worker in AlertSession.objects.filter(stale).values_list(
+        "id", "status", "worker_id"
+    ):
+        lease = Lease(session_id, uuid.uuid4())
+        with transaction.atomic():
+            taken = AlertSession.objects.filter(stale, id=session_id, status=status).update(
+                lease_token=lease.token, worker_id=reaper
+            )
+            if taken != 1:
+                continue  # its worker came back, or another reaper got there first
+            if status == SessionStatus.CANCELLING:
+                end, message = SessionStatus.CANCELLED, "cancelled (its worker had stopped)"
+            else:
+                end = SessionStatus.TIMED_OUT
+                message = (
+                    f"The worker {worker or '?'} stopped reporting progress for more than "
+                    f"{threshold_seconds:g} s; the session was marked timed out."
+                )
+            session_end(lease=lease, status=end, error_message=message, explain=True)
+        reaped.append(session_id)
+    return reaped
