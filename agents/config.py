@@ -18,6 +18,13 @@ import yaml
 from django.conf import settings
 
 from agents.config_types import (
+    ACTION,
+    EXEC_SUMMARY,
+    INVESTIGATION,
+    ITERATING_TYPES,
+    SCORING,
+    SUCCESS_POLICIES,
+    SYNTHESIS,
     AgentConfig,
     ChainConfig,
     CostEstimation,
@@ -25,14 +32,41 @@ from agents.config_types import (
     FallbackProvider,
     MCPServerConfig,
     ModelRate,
+    OrchestratorConfig,
     StageAgentConfig,
     StageConfig,
     StdioTransport,
+    SubAgentRef,
+    SynthesisConfig,
     TarsyConfig,
 )
+from agents.prompts import EXEC_SUMMARY_INSTRUCTIONS, SYNTHESIS_INSTRUCTIONS
 from llm.types import NATIVE_TOOLS
 
-AGENT_TYPES = {"": "iterating investigation agent with tools"}
+AGENT_TYPES = {
+    INVESTIGATION: "iterating investigation agent with tools (the default)",
+    ACTION: "iterating agent that may change things, with a safety preamble",
+    SYNTHESIS: "one call, no tools: merges a parallel stage's findings",
+    EXEC_SUMMARY: "one call, no tools: the session's executive summary",
+    SCORING: "one call, no tools: rates an investigation",
+}
+# Agents every configuration has; a tarsy.yaml entry of the same name replaces one.
+BUILTIN_AGENTS = {
+    "SynthesisAgent": AgentConfig(
+        name="SynthesisAgent",
+        type=SYNTHESIS,
+        description="Merges the findings of agents that investigated in parallel.",
+        custom_instructions=SYNTHESIS_INSTRUCTIONS,
+    ),
+    "ExecSummaryAgent": AgentConfig(
+        name="ExecSummaryAgent",
+        type=EXEC_SUMMARY,
+        description="Writes the executive summary of an investigation.",
+        custom_instructions=EXEC_SUMMARY_INSTRUCTIONS,
+    ),
+}
+# The tool namespace of sub-agent dispatch (orchestrator.dispatch_agent, …).
+ORCHESTRATOR_SERVER = "orchestrator"
 TOP_LEVEL_KEYS = {"defaults", "mcp_servers", "agents", "agent_chains", "system"}
 DEFAULTS_KEYS = {
     "alert_type",
@@ -40,7 +74,12 @@ DEFAULTS_KEYS = {
     "llm_provider",
     "llm_backend",
     "fallback_providers",
+    "success_policy",
+    "orchestrator",
 }
+ORCHESTRATOR_KEYS = {"max_concurrent_agents", "agent_timeout", "max_budget"}
+SYNTHESIS_KEYS = {"agent", "llm_provider", "llm_backend"}
+SUB_AGENT_KEYS = {"name", "max_iterations"}
 SYSTEM_KEYS = {"cost_estimation"}
 COST_KEYS = {"enabled", "model_rates"}
 RATE_KEYS = {"input_per_million", "output_per_million"}
@@ -58,6 +97,7 @@ AGENT_KEYS = {
     "llm_provider",
     "fallback_providers",
     "native_tools",
+    "orchestrator",
 }
 CHAIN_KEYS = {
     "alert_types",
@@ -68,8 +108,19 @@ CHAIN_KEYS = {
     "max_iterations",
     "mcp_servers",
     "fallback_providers",
+    "executive_summary_provider",
+    "sub_agents",
 }
-STAGE_KEYS = {"name", "agents", "agent", "max_iterations"}
+STAGE_KEYS = {
+    "name",
+    "agents",
+    "agent",
+    "max_iterations",
+    "replicas",
+    "success_policy",
+    "synthesis",
+    "sub_agents",
+}
 STAGE_AGENT_KEYS = {
     "name",
     "llm_provider",
@@ -77,7 +128,10 @@ STAGE_AGENT_KEYS = {
     "max_iterations",
     "mcp_servers",
     "fallback_providers",
+    "sub_agents",
 }
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 _TEMPLATE_RE = re.compile(r"\{\{\s*\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
@@ -137,10 +191,23 @@ def validate_references(
     for chain in config.chains.values():
         check_level(f"agent_chains.{chain.id}", chain)
         for stage_index, stage in enumerate(chain.stages):
+            stage_key = f"agent_chains.{chain.id}.stages[{stage_index}]"
             for agent_index, agent in enumerate(stage.agents):
-                check_level(
-                    f"agent_chains.{chain.id}.stages[{stage_index}].agents[{agent_index}]", agent
+                check_level(f"{stage_key}.agents[{agent_index}]", agent)
+            if stage.synthesis is not None:
+                check(
+                    f"{stage_key}.synthesis.llm_provider",
+                    stage.synthesis.llm_provider,
+                    f"{stage_key}.synthesis.llm_backend",
+                    stage.synthesis.llm_backend,
                 )
+        if chain.executive_summary_provider is not None:
+            check(
+                f"agent_chains.{chain.id}.executive_summary_provider",
+                chain.executive_summary_provider,
+                "",
+                None,
+            )
     if config.defaults.llm_provider is None and not has_default_provider:
         problems.append(
             f"{where}: defaults.llm_provider is not set and no LLM provider is marked "
@@ -206,8 +273,10 @@ class _Parser:
     def parse(self, raw: Any) -> TarsyConfig:
         root = self.mapping(raw, "", TOP_LEVEL_KEYS)
         mcp_servers = self.parse_mcp_servers(root.get("mcp_servers"))
-        agents = self.parse_agents(root.get("agents"), mcp_servers)
+        agents = {**BUILTIN_AGENTS, **self.parse_agents(root.get("agents"), mcp_servers)}
         chains = self.parse_chains(root.get("agent_chains"), agents, mcp_servers)
+        for chain in chains.values():
+            self.check_chain_agents(chain, agents)
         defaults = self.parse_defaults(root.get("defaults"), chains)
         system = self.mapping(root.get("system"), "system", SYSTEM_KEYS)
         cost = self.parse_cost_estimation(system.get("cost_estimation"))
@@ -269,6 +338,8 @@ class _Parser:
             key = f"mcp_servers.{server_id}"
             if "." in server_id or "__" in server_id:
                 raise self.error(key, "server ids may not contain '.' or '__'")
+            if server_id == ORCHESTRATOR_SERVER:
+                raise self.error(key, f"{server_id!r} is reserved for sub-agent dispatch tools")
             body = self.mapping(body, key, MCP_SERVER_KEYS)
             transport = self.mapping(body.get("transport"), f"{key}.transport", TRANSPORT_KEYS)
             kind = transport.get("type", "stdio")
@@ -337,8 +408,94 @@ class _Parser:
                     body.get("fallback_providers"), f"{key}.fallback_providers"
                 ),
                 native_tools=self.native_tools(body.get("native_tools"), f"{key}.native_tools"),
+                orchestrator=self.orchestrator(body.get("orchestrator"), f"{key}.orchestrator"),
             )
         return agents
+
+    def orchestrator(self, raw: Any, key: str) -> OrchestratorConfig | None:
+        if raw is None:
+            return None
+        body = self.mapping(raw, key, ORCHESTRATOR_KEYS)
+        return OrchestratorConfig(
+            max_concurrent_agents=self.positive_int(
+                body.get("max_concurrent_agents"), f"{key}.max_concurrent_agents"
+            ),
+            agent_timeout=self.duration(body.get("agent_timeout"), f"{key}.agent_timeout"),
+            max_budget=self.duration(body.get("max_budget"), f"{key}.max_budget"),
+        )
+
+    def duration(self, value: Any, key: str) -> float | None:
+        """Seconds, from a number or text such as ``90s``, ``10m``, ``1h``."""
+        if value is None:
+            return None
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+            return float(value)
+        match = _DURATION_RE.match(value) if isinstance(value, str) else None
+        if match is None or float(match.group(1)) <= 0:
+            raise self.error(key, f"expected a duration such as 90s, 10m or 1h, got {value!r}")
+        return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+    def sub_agents(self, value: Any, key: str) -> tuple[SubAgentRef, ...] | None:
+        """``[LogAnalyzer, {name: KubernetesAgent, max_iterations: 12}]``"""
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise self.error(key, "expected a list of agent names")
+        refs = []
+        for index, entry in enumerate(value):
+            item = f"{key}[{index}]"
+            if isinstance(entry, str):
+                entry = {"name": entry}
+            entry = self.mapping(entry, item, SUB_AGENT_KEYS)
+            refs.append(
+                SubAgentRef(
+                    name=self.string(entry.get("name"), f"{item}.name", required=True),
+                    max_iterations=self.positive_int(
+                        entry.get("max_iterations"), f"{item}.max_iterations"
+                    ),
+                )
+            )
+        return tuple(refs)
+
+    def check_chain_agents(self, chain: ChainConfig, agents: dict[str, AgentConfig]) -> None:
+        """What a chain's stages name must exist, and be the right kind of agent."""
+        key = f"agent_chains.{chain.id}"
+        refs = [(f"{key}.sub_agents", chain.sub_agents)]
+        for index, stage in enumerate(chain.stages):
+            stage_key = f"{key}.stages[{index}]"
+            refs.append((f"{stage_key}.sub_agents", stage.sub_agents))
+            refs += [
+                (f"{stage_key}.agents[{n}].sub_agents", agent.sub_agents)
+                for n, agent in enumerate(stage.agents)
+            ]
+            if stage.synthesis is not None:
+                name = stage.synthesis.agent
+                agent = agents.get(name)
+                if agent is None or agent.type != SYNTHESIS:
+                    known = sorted(a.name for a in agents.values() if a.type == SYNTHESIS)
+                    raise self.error(
+                        f"{stage_key}.synthesis.agent",
+                        f"{name!r} is not a synthesis agent; synthesis agents: {', '.join(known)}",
+                    )
+        for ref_key, ref_list in refs:
+            for index, ref in enumerate(ref_list or ()):
+                agent = agents.get(ref.name)
+                where = f"{ref_key}[{index}]"
+                if agent is None:
+                    raise self.error(
+                        where, f"unknown agent {ref.name!r}; defined: {', '.join(agents)}"
+                    )
+                if agent.type not in ITERATING_TYPES:
+                    raise self.error(
+                        where,
+                        f"{ref.name!r} is a {agent.type} agent; sub-agents iterate with tools",
+                    )
+                if not agent.description:
+                    raise self.error(
+                        where,
+                        f"agent {ref.name!r} has no description; the dispatching agent chooses "
+                        "sub-agents by their description, so give it one",
+                    )
 
     def native_tools(self, value: Any, key: str) -> tuple[str, ...] | None:
         tools = self.string_list(value, key)
@@ -392,6 +549,10 @@ class _Parser:
                 fallback_providers=self.fallbacks(
                     body.get("fallback_providers"), f"{key}.fallback_providers"
                 ),
+                executive_summary_provider=self.string(
+                    body.get("executive_summary_provider"), f"{key}.executive_summary_provider"
+                ),
+                sub_agents=self.sub_agents(body.get("sub_agents"), f"{key}.sub_agents"),
             )
         if not chains:
             raise self.error("agent_chains", "at least one chain is required")
@@ -410,10 +571,12 @@ class _Parser:
         if entries is None and "agent" in body:
             entries = [body["agent"]]
         if not isinstance(entries, list) or not entries:
-            raise self.error(f"{key}.agents", "is required (a list with one agent)")
-        if len(entries) > 1:
+            raise self.error(f"{key}.agents", "is required (a list of agents)")
+        replicas = self.positive_int(body.get("replicas"), f"{key}.replicas") or 1
+        if replicas > 1 and len(entries) > 1:
             raise self.error(
-                f"{key}.agents", "stages with several agents are not supported yet; use one"
+                f"{key}.replicas",
+                "replicas run copies of one agent; this stage lists several agents",
             )
         stage_agents = []
         for index, entry in enumerate(entries):
@@ -443,13 +606,39 @@ class _Parser:
                     fallback_providers=self.fallbacks(
                         entry.get("fallback_providers"), f"{agent_key}.fallback_providers"
                     ),
+                    sub_agents=self.sub_agents(entry.get("sub_agents"), f"{agent_key}.sub_agents"),
                 )
+            )
+        synthesis = None
+        if body.get("synthesis") is not None:
+            raw_synthesis = self.mapping(body["synthesis"], f"{key}.synthesis", SYNTHESIS_KEYS)
+            synthesis = SynthesisConfig(
+                agent=self.string(raw_synthesis.get("agent"), f"{key}.synthesis.agent")
+                or "SynthesisAgent",
+                llm_provider=self.string(
+                    raw_synthesis.get("llm_provider"), f"{key}.synthesis.llm_provider"
+                ),
+                llm_backend=self.string(
+                    raw_synthesis.get("llm_backend"), f"{key}.synthesis.llm_backend"
+                ),
             )
         return StageConfig(
             name=name,
             agents=tuple(stage_agents),
             max_iterations=self.positive_int(body.get("max_iterations"), f"{key}.max_iterations"),
+            replicas=replicas,
+            success_policy=self.success_policy(body.get("success_policy"), f"{key}.success_policy"),
+            synthesis=synthesis,
+            sub_agents=self.sub_agents(body.get("sub_agents"), f"{key}.sub_agents"),
         )
+
+    def success_policy(self, value: Any, key: str) -> str | None:
+        policy = self.string(value, key)
+        if policy is not None and policy not in SUCCESS_POLICIES:
+            raise self.error(
+                key, f"unknown success policy {policy!r}; allowed: {', '.join(SUCCESS_POLICIES)}"
+            )
+        return policy
 
     def parse_defaults(self, raw: Any, chains: dict[str, ChainConfig]) -> Defaults:
         body = self.mapping(raw, "defaults", DEFAULTS_KEYS)
@@ -470,4 +659,18 @@ class _Parser:
                 body.get("fallback_providers"), "defaults.fallback_providers"
             )
             or (),
+            success_policy=self.success_policy(
+                body.get("success_policy"), "defaults.success_policy"
+            )
+            or "any",
+            orchestrator=self.default_orchestrator(body.get("orchestrator")),
+        )
+
+    def default_orchestrator(self, raw: Any) -> OrchestratorConfig:
+        parsed = self.orchestrator(raw, "defaults.orchestrator") or OrchestratorConfig()
+        # Five at once unless configured, as TARSy users know it.
+        return OrchestratorConfig(
+            max_concurrent_agents=parsed.max_concurrent_agents or 5,
+            agent_timeout=parsed.agent_timeout,
+            max_budget=parsed.max_budget,
         )

@@ -50,10 +50,45 @@ class CostEstimation:
         ) / 1_000_000
 
 
+# What an agent's ``type`` makes it do. Iterating agents loop over the LLM and their tools;
+# single-shot ones make one call without tools (synthesis, executive summary, scoring).
+INVESTIGATION = ""
+ACTION = "action"
+SYNTHESIS = "synthesis"
+EXEC_SUMMARY = "exec_summary"
+SCORING = "scoring"
+ITERATING_TYPES = (INVESTIGATION, ACTION)
+SINGLE_SHOT_TYPES = (SYNTHESIS, EXEC_SUMMARY, SCORING)
+
+SUCCESS_POLICIES = ("any", "all")
+
+
+@dataclass(frozen=True)
+class OrchestratorConfig:
+    """Guardrails of an agent that dispatches sub-agents (ADR-0002/0029 in TARSy)."""
+
+    max_concurrent_agents: int | None = None
+    agent_timeout: float | None = None  # seconds per sub-agent; None: the session's time
+    max_budget: float | None = None  # seconds from the first dispatch; None: no limit
+
+
+@dataclass(frozen=True)
+class SubAgentRef:
+    name: str
+    max_iterations: int | None = None
+
+
+@dataclass(frozen=True)
+class SynthesisConfig:
+    agent: str = "SynthesisAgent"
+    llm_provider: str | None = None
+    llm_backend: str | None = None
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     name: str
-    type: str = ""
+    type: str = INVESTIGATION
     description: str = ""
     mcp_servers: tuple[str, ...] = ()
     custom_instructions: str = ""
@@ -63,6 +98,7 @@ class AgentConfig:
     fallback_providers: tuple[FallbackProvider, ...] | None = None
     # Gemini native tools for this agent; None: the provider's own setting.
     native_tools: tuple[str, ...] | None = None
+    orchestrator: OrchestratorConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +109,7 @@ class StageAgentConfig:
     max_iterations: int | None = None
     mcp_servers: tuple[str, ...] | None = None
     fallback_providers: tuple[FallbackProvider, ...] | None = None
+    sub_agents: tuple[SubAgentRef, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +117,14 @@ class StageConfig:
     name: str
     agents: tuple[StageAgentConfig, ...]
     max_iterations: int | None = None
+    replicas: int = 1
+    success_policy: str | None = None  # None: defaults.success_policy
+    synthesis: SynthesisConfig | None = None  # None: SynthesisAgent
+    sub_agents: tuple[SubAgentRef, ...] | None = None
+
+    @property
+    def parallel(self) -> bool:
+        return len(self.agents) > 1 or self.replicas > 1
 
 
 @dataclass(frozen=True)
@@ -93,6 +138,8 @@ class ChainConfig:
     max_iterations: int | None = None
     mcp_servers: tuple[str, ...] | None = None
     fallback_providers: tuple[FallbackProvider, ...] | None = None
+    executive_summary_provider: str | None = None
+    sub_agents: tuple[SubAgentRef, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -102,23 +149,10 @@ class Defaults:
     llm_provider: str | None = None
     llm_backend: str | None = None
     fallback_providers: tuple[FallbackProvider, ...] = ()
-
-
-@dataclass(frozen=True)
-class ResolvedAgentConfig:
-    """One agent of one stage with the hierarchy applied:
-    defaults → agent → chain → stage → stage-agent."""
-
-    agent_name: str
-    type: str
-    mcp_servers: tuple[str, ...]
-    custom_instructions: str
-    max_iterations: int
-    llm_provider: str | None  # None: the provider marked default in admin
-    llm_backend: str | None  # None: the provider type's default backend
-    # Tried in order after the provider fails for good (non-retryable or retries spent).
-    fallback_providers: tuple[FallbackProvider, ...] = ()
-    native_tools: tuple[str, ...] | None = None  # None: the provider's own setting
+    success_policy: str = "any"
+    orchestrator: OrchestratorConfig = field(
+        default_factory=lambda: OrchestratorConfig(max_concurrent_agents=5)
+    )
 
 
 @dataclass(frozen=True)
@@ -139,49 +173,3 @@ class TarsyConfig:
             if alert_type in chain.alert_types:
                 return chain
         return None
-
-    def resolve_agent(
-        self, chain: ChainConfig, stage: StageConfig, stage_agent: StageAgentConfig
-    ) -> ResolvedAgentConfig:
-        agent = self.agents[stage_agent.name]
-
-        def pick(*values):  # the last value that is set wins
-            chosen = None
-            for value in values:
-                if value is not None:
-                    chosen = value
-            return chosen
-
-        return ResolvedAgentConfig(
-            agent_name=agent.name,
-            type=agent.type,
-            mcp_servers=pick(agent.mcp_servers, chain.mcp_servers, stage_agent.mcp_servers) or (),
-            custom_instructions=agent.custom_instructions,
-            max_iterations=pick(
-                self.defaults.max_iterations,
-                agent.max_iterations,
-                chain.max_iterations,
-                stage.max_iterations,
-                stage_agent.max_iterations,
-            ),
-            llm_provider=pick(
-                self.defaults.llm_provider,
-                agent.llm_provider,
-                chain.llm_provider,
-                stage_agent.llm_provider,
-            ),
-            llm_backend=pick(
-                self.defaults.llm_backend,
-                agent.llm_backend,
-                chain.llm_backend,
-                stage_agent.llm_backend,
-            ),
-            fallback_providers=pick(
-                self.defaults.fallback_providers,
-                agent.fallback_providers,
-                chain.fallback_providers,
-                stage_agent.fallback_providers,
-            )
-            or (),
-            native_tools=agent.native_tools,
-        )

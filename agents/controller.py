@@ -1,4 +1,9 @@
-"""The iterating agent loop: call the LLM, run the tools it asks for, repeat.
+"""The two ways an agent talks to its model (seed 004):
+
+- ``IteratingController``: call the LLM, run the tools it asks for, repeat; one forced
+  conclusion without tools at ``max_iterations``. An agent with sub-agents gets their
+  results pushed into its conversation and cannot conclude while they still run.
+- ``SingleShotController``: one call, no tools (synthesis, executive summary, scoring).
 
 Where is a tool call executed? ``IteratingController._run_tool``.
 """
@@ -6,6 +11,7 @@ Where is a tool call executed? ``IteratingController._run_tool``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -14,11 +20,11 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from agents.config_types import CostEstimation, ResolvedAgentConfig
+from agents.config_types import CostEstimation
 from agents.masking import mask_text, mask_tool_result
 from agents.prompts import forced_conclusion
 from agents.recorder import Recorder, message_to_json
-from llm.base import Provider
+from agents.resolver import AgentSettings, ProviderChoice
 from llm.errors import CONNECTION_ERROR
 from llm.types import (
     CodeExecutionDelta,
@@ -26,7 +32,6 @@ from llm.types import (
     ErrorInfo,
     GenerateRequest,
     GroundingInfo,
-    ProviderConfig,
     Role,
     TextDelta,
     ThinkingDelta,
@@ -69,23 +74,24 @@ class AgentResult:
     iterations: int = 0
 
 
-@dataclass(frozen=True)
-class ProviderChoice:
-    """A provider row resolved to the backend that drives it."""
+class SubAgents(Protocol):
+    """The agents an orchestrating agent dispatched (agents/sub_agents.py)."""
 
-    config: ProviderConfig
-    backend: str
-    provider: Provider
+    @property
+    def running(self) -> int: ...
 
-    def describe(self) -> str:
-        return f"{self.config.name!r} ({self.backend}, {self.config.model or 'no model'})"
+    def drain(self) -> list[ConversationMessage]: ...
+
+    async def wait(self) -> list[ConversationMessage]: ...
+
+    async def cancel_all(self, reason: str) -> None: ...
 
 
 @dataclass
 class AgentRun:
     """What one agent execution works with."""
 
-    agent: ResolvedAgentConfig
+    settings: AgentSettings
     choice: ProviderChoice
     tools: ToolExecutor
     recorder: Recorder
@@ -93,58 +99,38 @@ class AgentRun:
     # Providers to continue on, in order, when the current one fails for good.
     fallbacks: list[ProviderChoice] = field(default_factory=list)
     cost: CostEstimation = field(default_factory=CostEstimation)
+    sub_agents: SubAgents | None = None
 
 
-class IteratingController:
-    async def run(self, run: AgentRun) -> AgentResult:
+class _ModelCalls:
+    """What both controllers share: recording the conversation and calling the model
+    (with fallback to the next provider) while its output streams onto the timeline."""
+
+    async def _record_messages(self, run: AgentRun) -> None:
         for message in run.messages:
             await run.recorder.message(message)
-        tools = tuple(await run.tools.list_tools())
-        await self._record_tool_list(run, tools)
-        limit = run.agent.max_iterations
-        for iteration in range(1, limit + 1):
-            turn = await self._turn(run, tools, interaction_type="iteration")
-            if turn.error:
-                return AgentResult(
-                    ExecutionStatus.FAILED,
-                    error=_describe(turn.error, run.choice),
-                    iterations=iteration,
-                )
-            if not turn.tool_calls:
-                return self._conclude(turn, iteration)
-            for call in turn.tool_calls:
-                await self._run_tool(run, call)
-        run.messages.append(forced_conclusion(limit))
-        await run.recorder.message(run.messages[-1])
-        turn = await self._turn(run, (), interaction_type="forced_conclusion")
-        if turn.error:
-            return AgentResult(
-                ExecutionStatus.FAILED,
-                error=_describe(turn.error, run.choice),
-                iterations=limit + 1,
-            )
-        return self._conclude(turn, limit + 1)
 
-    @staticmethod
-    def _conclude(turn: LLMTurn, iterations: int) -> AgentResult:
-        if not turn.text.strip():
-            return AgentResult(
-                ExecutionStatus.FAILED,
-                error="the model ended its turn without an answer or a tool call",
-                iterations=iterations,
-            )
-        return AgentResult(
-            ExecutionStatus.COMPLETED, final_analysis=turn.text, iterations=iterations
-        )
+    async def _append(self, run: AgentRun, messages: list[ConversationMessage]) -> None:
+        for message in messages:
+            run.messages.append(message)
+            await run.recorder.message(message)
 
     async def _turn(
-        self, run: AgentRun, tools: tuple[ToolDefinition, ...], *, interaction_type: str
+        self,
+        run: AgentRun,
+        tools: tuple[ToolDefinition, ...],
+        *,
+        interaction_type: str,
+        answer_type: TimelineEventType = TimelineEventType.FINAL_ANALYSIS,
     ) -> LLMTurn:
         """One model turn; a provider that fails for good hands over to the next fallback."""
-        turn = await self._call_llm(run, tools, interaction_type=interaction_type)
+        call = functools.partial(
+            self._call_llm, run, tools, interaction_type=interaction_type, answer_type=answer_type
+        )
+        turn = await call()
         while turn.error is not None and run.fallbacks:
             await self._fall_back(run, turn.error)
-            turn = await self._call_llm(run, tools, interaction_type=interaction_type)
+            turn = await call()
         return turn
 
     @staticmethod
@@ -165,7 +151,12 @@ class IteratingController:
         await run.recorder.switch_provider(run.choice.config, run.choice.backend)
 
     async def _call_llm(
-        self, run: AgentRun, tools: tuple[ToolDefinition, ...], *, interaction_type: str
+        self,
+        run: AgentRun,
+        tools: tuple[ToolDefinition, ...],
+        *,
+        interaction_type: str,
+        answer_type: TimelineEventType,
     ) -> LLMTurn:
         await run.recorder.check_lease()  # a worker that lost its session calls no model
         request = GenerateRequest(
@@ -174,6 +165,7 @@ class IteratingController:
             tools=tools,
             execution_id=str(run.recorder.execution.id),
             session_id=str(run.recorder.session.id),
+            agent_name=run.settings.name,
         )
         turn = LLMTurn()
         thinking_item: TimelineEvent | None = None
@@ -211,11 +203,13 @@ class IteratingController:
         if thinking_item is not None:
             await run.recorder.complete_item(thinking_item, turn.thinking)
         if text_item is not None:
-            final = not turn.tool_calls and turn.error is None
+            # Text without tool calls is the answer, unless sub-agents still run: then the
+            # agent has to wait for them, and it was only an interim word.
+            final = not turn.tool_calls and turn.error is None and not _waiting(run)
             await run.recorder.complete_item(
                 text_item,
                 turn.text,
-                event_type=TimelineEventType.FINAL_ANALYSIS if final else None,
+                event_type=answer_type if final else None,
                 metadata={"grounding": grounding} if grounding else None,
             )
         if turn.error is not None:
@@ -281,6 +275,56 @@ class IteratingController:
             )
         return None
 
+
+class IteratingController(_ModelCalls):
+    async def run(self, run: AgentRun) -> AgentResult:
+        await self._record_messages(run)
+        tools = tuple(await run.tools.list_tools())
+        await self._record_tool_list(run, tools)
+        limit = run.settings.max_iterations
+        for iteration in range(1, limit + 1):
+            if run.sub_agents is not None:
+                await self._append(run, run.sub_agents.drain())
+            turn = await self._turn(run, tools, interaction_type="iteration")
+            if turn.error:
+                return AgentResult(
+                    ExecutionStatus.FAILED,
+                    error=_describe(turn.error, run.choice),
+                    iterations=iteration,
+                )
+            if turn.tool_calls:
+                for call in turn.tool_calls:
+                    await self._run_tool(run, call)
+            elif _waiting(run):
+                # It may not conclude while its sub-agents run: their results come next.
+                await self._append(run, await run.sub_agents.wait())
+            else:
+                return self._conclude(turn, iteration)
+        if run.sub_agents is not None and run.sub_agents.running:
+            await run.sub_agents.cancel_all(f"the limit of {limit} steps was reached")
+            await self._append(run, run.sub_agents.drain())
+        await self._append(run, [forced_conclusion(limit)])
+        turn = await self._turn(run, (), interaction_type="forced_conclusion")
+        if turn.error:
+            return AgentResult(
+                ExecutionStatus.FAILED,
+                error=_describe(turn.error, run.choice),
+                iterations=limit + 1,
+            )
+        return self._conclude(turn, limit + 1)
+
+    @staticmethod
+    def _conclude(turn: LLMTurn, iterations: int) -> AgentResult:
+        if not turn.text.strip():
+            return AgentResult(
+                ExecutionStatus.FAILED,
+                error="the model ended its turn without an answer or a tool call",
+                iterations=iterations,
+            )
+        return AgentResult(
+            ExecutionStatus.COMPLETED, final_analysis=turn.text, iterations=iterations
+        )
+
     @staticmethod
     async def _record_tool_list(run: AgentRun, tools: tuple[ToolDefinition, ...]) -> None:
         by_server: dict[str, list[str]] = {}
@@ -324,6 +368,39 @@ class IteratingController:
         message = ConversationMessage(Role.TOOL, content, tool_call_id=call.id, tool_name=call.name)
         run.messages.append(message)
         await run.recorder.message(message)
+
+
+@dataclass(frozen=True)
+class SingleShotController(_ModelCalls):
+    """One call, no tools. ``thinking_fallback``: when the model answers only in its
+    thinking (some do for a merge), that thinking is the answer (synthesis: yes;
+    scoring: no)."""
+
+    answer_type: TimelineEventType = TimelineEventType.FINAL_ANALYSIS
+    thinking_fallback: bool = False
+    interaction_type: str = "single_shot"
+
+    async def run(self, run: AgentRun) -> AgentResult:
+        await self._record_messages(run)
+        turn = await self._turn(
+            run, (), interaction_type=self.interaction_type, answer_type=self.answer_type
+        )
+        if turn.error:
+            return AgentResult(
+                ExecutionStatus.FAILED, error=_describe(turn.error, run.choice), iterations=1
+            )
+        answer = turn.text.strip() or (turn.thinking.strip() if self.thinking_fallback else "")
+        if not answer:
+            return AgentResult(
+                ExecutionStatus.FAILED, error="the model returned no answer", iterations=1
+            )
+        if not turn.text.strip():
+            await run.recorder.add_item(self.answer_type, answer, metadata={"from_thinking": True})
+        return AgentResult(ExecutionStatus.COMPLETED, final_analysis=answer, iterations=1)
+
+
+def _waiting(run: AgentRun) -> bool:
+    return run.sub_agents is not None and run.sub_agents.running > 0
 
 
 async def _bounded(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:

@@ -80,14 +80,17 @@ class ToolBox:
 
 def agent_servers(config: TarsyConfig) -> list[dict[str, MCPServerConfig]]:
     """Each distinct set of MCP servers an agent of ``config`` runs with."""
+    from agents.resolver import stage_settings, sub_agent_settings
+
     sets: dict[str, dict[str, MCPServerConfig]] = {}
     for chain in config.chains.values():
         for stage in chain.stages:
-            for stage_agent in stage.agents:
-                agent = config.resolve_agent(chain, stage, stage_agent)
-                servers = {name: config.mcp_servers[name] for name in agent.mcp_servers}
-                if servers:
-                    sets[_fingerprint(servers)] = servers
+            for agent in stage_settings(config, chain, stage):
+                dispatchable = [sub_agent_settings(config, chain, r) for r in agent.sub_agents]
+                for settings in (agent, *dispatchable):
+                    servers = {name: config.mcp_servers[name] for name in settings.mcp_servers}
+                    if servers:
+                        sets[_fingerprint(servers)] = servers
     return list(sets.values())
 
 

@@ -4,6 +4,10 @@ It lists pods and events in the alert's namespace, picks the pod that is failing
 reads its logs and description, and writes an analysis quoting what it found — so a
 new user sees a genuine loop of thinking, tool calls and results against the bundled
 demo cluster, with no API key.
+
+An agent given only the events and rollout tools (the "deep" chain's second agent)
+reads those instead. A synthesis step merges the findings it is given, and the
+executive summary condenses the analysis, both from what the request contains.
 """
 
 from __future__ import annotations
@@ -79,11 +83,20 @@ def _evidence(text: str, limit: int = 4) -> list[str]:
     return causes[:1] + [line for line in lines if line not in causes][-(limit - 1) :]
 
 
+# Headings of the single-shot prompts (agents/prompts.py imports these).
+FINDINGS_TO_MERGE = "## Findings to merge"
+INVESTIGATION_TO_SUMMARISE = "## Investigation to summarise"
+
+
 def demo_turn(request: GenerateRequest) -> ScriptTurn:
+    if (single_shot := single_shot_turn(request)) is not None:
+        return single_shot
     namespace = _namespace(request)
     results = _tool_results(request)
     step = sum(1 for m in request.messages if m.role == Role.ASSISTANT)
     can_use_tools = bool(request.tools)
+    if can_use_tools and _tool(request, "get_pods") is None and _tool(request, "get_events"):
+        return _rollout_turn(request, namespace, results, step)
 
     if step == 0 and can_use_tools:
         calls = [
@@ -171,3 +184,120 @@ def _analysis(namespace: str, pod: str | None, results: dict[str, str]) -> str:
         "the error above), then restart the deployment and confirm the pods become Ready.",
     ]
     return "\n".join(parts)
+
+
+# --- the events-and-rollouts agent ---------------------------------------------------------
+
+
+def _rollout_turn(
+    request: GenerateRequest, namespace: str, results: dict[str, str], step: int
+) -> ScriptTurn:
+    if step == 0:
+        calls = [
+            (name, {"namespace": namespace})
+            for name in (_tool(request, "get_events"), _tool(request, "get_deployments"))
+            if name
+        ]
+        return ScriptTurn(
+            thinking=(
+                f"My part is the history of namespace {namespace}: what changed recently. "
+                "Warning events and the deployments' rollout state will show whether a "
+                "release lines up with the alert."
+            ),
+            text=f"I'll read the recent events and the rollout state in `{namespace}`.",
+            tool_calls=tuple(calls),
+        )
+    warnings = [
+        line.strip()
+        for line in results.get("get_events", "").splitlines()
+        if re.search(r"\bWarning\b", line)
+    ][:3]
+    rollout = [
+        line.strip()
+        for line in results.get("get_deployments", "").splitlines()
+        if re.search(r"revision|Available=False|Progressing=False|change-cause", line)
+    ][:4]
+    parts = ["## Summary", f"Recent changes in namespace `{namespace}` line up with the alert.", ""]
+    parts += ["## Events"] + ([f"- `{line}`" for line in warnings] or ["- No warning events."])
+    parts += ["", "## Rollouts"] + ([f"- {line}" for line in rollout] or ["- No rollout found."])
+    parts += [
+        "",
+        "## Assessment",
+        "The failures began with the latest rollout: a rollback to the previous revision "
+        "is the fastest mitigation while the release is fixed.",
+    ]
+    return ScriptTurn(
+        thinking="The warnings start right after the latest rollout; that is the change to suspect.",
+        text="\n".join(parts),
+    )
+
+
+# --- synthesis and executive summary --------------------------------------------------------
+
+
+def single_shot_turn(request: GenerateRequest) -> ScriptTurn | None:
+    """The demo's answer to a synthesis or executive-summary request; None for others."""
+    if request.tools:
+        return None
+    prompt = next((m.content for m in reversed(request.messages) if m.role == Role.USER), "")
+    if FINDINGS_TO_MERGE in prompt:
+        return _synthesis(prompt.split(FINDINGS_TO_MERGE, 1)[1])
+    if INVESTIGATION_TO_SUMMARISE in prompt:
+        return _summary(prompt.split(INVESTIGATION_TO_SUMMARISE, 1)[1])
+    return None
+
+
+_FINDING_RE = re.compile(r"^### Stage '[^']*', agent '([^']+)'(.*)$", re.M)
+
+
+def _synthesis(findings: str) -> ScriptTurn:
+    heads = list(_FINDING_RE.finditer(findings))
+    lines, causes = [], []
+    for index, head in enumerate(heads):
+        end = heads[index + 1].start() if index + 1 < len(heads) else len(findings)
+        body = findings[head.end() : end].strip()
+        if head.group(2).strip():
+            lines.append(f"- **{head.group(1)}** could not finish: {_first_line(body)}")
+            continue
+        lines.append(f"- **{head.group(1)}**: {_first_line(_section(body, 'Summary') or body)}")
+        causes.append(_section(body, "Root cause") or _section(body, "Assessment"))
+    cause = next((c for c in causes if c), "the findings do not agree on a single cause")
+    text = "\n".join(
+        [
+            "## Merged analysis",
+            *lines,
+            "",
+            "## Root cause",
+            cause,
+            "",
+            "## Recommended fix",
+            "Roll back to the previous revision to restore service, then restore what the "
+            "new release needs at start-up before rolling forward again.",
+        ]
+    )
+    return ScriptTurn(
+        thinking=f"{len(heads)} agents reported. I'll keep what each found and state the cause once.",
+        text=text,
+    )
+
+
+def _summary(analysis: str) -> ScriptTurn:
+    summary = _first_line(_section(analysis, "Summary") or _section(analysis, "Merged analysis"))
+    cause = _first_line(_section(analysis, "Root cause") or "")
+    fix = _first_line(_section(analysis, "Recommended fix") or "").split(". ")[0]
+    sentences = [s for s in (summary, f"The root cause: {cause}" if cause else "", fix) if s]
+    text = " ".join(s if s.endswith(".") else f"{s}." for s in sentences)
+    return ScriptTurn(text=text or "The investigation found no clear cause.")
+
+
+def _section(text: str, heading: str) -> str:
+    match = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    return match.group(1).strip() if match else ""
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip().lstrip("-* ").strip()
+        if line:
+            return line
+    return ""

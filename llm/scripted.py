@@ -14,6 +14,14 @@ Script files look like::
       - code_executions: [{code: "print(2 ** 10)", result: "1024"}]   # optional
         text: "The pod crashes because …"
         error: {code: rate_limit, message: "slow down", retryable: true}   # optional
+    agents:                      # optional: an agent's own turns, by agent name
+      EventsAgent:
+        turns: [...]
+
+An agent with no turns of its own uses ``turns``, except the synthesis and executive
+summary steps, which then answer like the demo does (a merge of the findings they are
+given, a short summary), so a script for a parallel chain needs to say only what its
+investigating agents do.
 """
 
 from __future__ import annotations
@@ -60,17 +68,26 @@ class Script:
     turns: tuple[ScriptTurn, ...]
     chunk_delay: float = DEFAULT_CHUNK_DELAY
     extras: dict[str, Any] = field(default_factory=dict)
+    agents: dict[str, tuple[ScriptTurn, ...]] = field(default_factory=dict)
 
     def turn_for(self, request: GenerateRequest) -> ScriptTurn:
+        turns = self.agents.get(request.agent_name)
+        if turns is None:
+            from llm.demo_script import single_shot_turn
+
+            if (built_in := single_shot_turn(request)) is not None:
+                return built_in
+            turns = self.turns
         index = sum(1 for m in request.messages if m.role == Role.ASSISTANT)
-        if index >= len(self.turns):
+        if index >= len(turns):
             return ScriptTurn(
                 error=ErrorInfo(
                     "script_exhausted",
-                    f"the script has {len(self.turns)} turns; turn {index + 1} was requested",
+                    f"the script has {len(turns)} turns for {request.agent_name or 'agents'}; "
+                    f"turn {index + 1} was requested",
                 )
             )
-        return self.turns[index]
+        return turns[index]
 
 
 class ScriptError(ValueError):
@@ -85,10 +102,26 @@ def load_script(path: str | Path) -> Script:
         raise ScriptError(f"cannot read script {path}: {exc}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("turns"), list):
         raise ScriptError(f"{path}: a script is a mapping with a list of 'turns'")
+    agents_raw = raw.get("agents") or {}
+    if not isinstance(agents_raw, dict):
+        raise ScriptError(f"{path}: 'agents' must map agent names to {{turns: [...]}}")
+    agents = {}
+    for name, body in agents_raw.items():
+        if not isinstance(body, dict) or not isinstance(body.get("turns"), list):
+            raise ScriptError(f"{path}: agents.{name} must be a mapping with a list of 'turns'")
+        agents[str(name)] = _turns(path, body["turns"], f"agents.{name}.turns")
+    return Script(
+        _turns(path, raw["turns"], "turns"),
+        float(raw.get("chunk_delay", DEFAULT_CHUNK_DELAY)),
+        agents=agents,
+    )
+
+
+def _turns(path: Path, raw_turns: list[Any], key: str) -> tuple[ScriptTurn, ...]:
     turns = []
-    for index, turn in enumerate(raw["turns"]):
+    for index, turn in enumerate(raw_turns):
         if not isinstance(turn, dict):
-            raise ScriptError(f"{path}: turns[{index}] must be a mapping")
+            raise ScriptError(f"{path}: {key}[{index}] must be a mapping")
         error = turn.get("error")
         turns.append(
             ScriptTurn(
@@ -112,7 +145,7 @@ def load_script(path: str | Path) -> Script:
                 ),
             )
         )
-    return Script(tuple(turns), float(raw.get("chunk_delay", DEFAULT_CHUNK_DELAY)))
+    return tuple(turns)
 
 
 class ScriptedProvider:

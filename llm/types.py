@@ -74,6 +74,8 @@ class GenerateRequest:
     # (Gemini thought signatures).
     execution_id: str = ""
     session_id: str = ""
+    # Which agent asks; only the scripted backend reads it (a script's turns per agent).
+    agent_name: str = ""
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,12 @@ class AlertSession(models.Model):
     completed_at = models.DateTimeField(null=True, blank=True)
     final_analysis = models.TextField(blank=True)
     error_message = models.TextField(blank=True)
+    # Written last, fail-open: a session completes even when its summary could not be made.
+    executive_summary = models.TextField(blank=True)
+    executive_summary_error = models.TextField(blank=True)
+    # Who cancelled it and why, written with the cancel request (not by the worker).
+    cancelled_by = models.CharField(max_length=150, blank=True)
+    cancel_reason = models.TextField(blank=True)
     worker_id = models.CharField(max_length=200, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     # The lease of whoever may write about this session: set when a worker claims it,
@@ -93,10 +99,31 @@ class AlertSession(models.Model):
         return (self.completed_at - self.started_at).total_seconds()
 
 
+class StageType(models.TextChoices):
+    INVESTIGATION = "investigation"
+    SYNTHESIS = "synthesis"
+    ACTION = "action"
+    EXEC_SUMMARY = "exec_summary"
+
+
+class ParallelType(models.TextChoices):
+    NONE = "", "single agent"
+    MULTI_AGENT = "multi_agent"
+    REPLICA = "replica"
+
+
 class Stage(models.Model):
     session = models.ForeignKey(AlertSession, on_delete=models.CASCADE, related_name="stages")
     name = models.CharField(max_length=200)
     index = models.PositiveIntegerField()
+    stage_type = models.CharField(
+        max_length=20, choices=StageType.choices, default=StageType.INVESTIGATION
+    )
+    parallel_type = models.CharField(
+        max_length=20, choices=ParallelType.choices, default=ParallelType.NONE, blank=True
+    )
+    success_policy = models.CharField(max_length=10, blank=True)
+    expected_agent_count = models.PositiveIntegerField(default=1)
     status = models.CharField(
         max_length=20, choices=ExecutionStatus.choices, default=ExecutionStatus.PENDING
     )
@@ -119,9 +146,17 @@ class AgentExecution(models.Model):
     stage = models.ForeignKey(Stage, on_delete=models.CASCADE, related_name="executions")
     agent_name = models.CharField(max_length=200)
     agent_index = models.PositiveIntegerField(default=1)
+    # A sub-agent: the execution that dispatched it, and the task it was given.
+    parent_execution = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="sub_agents"
+    )
+    task = models.TextField(blank=True)
     status = models.CharField(
         max_length=20, choices=ExecutionStatus.choices, default=ExecutionStatus.PENDING
     )
+    # Set by a request to stop this execution alone; its worker notices and stops it.
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_reason = models.TextField(blank=True)
     llm_backend = models.CharField(max_length=50, blank=True)
     llm_provider = models.CharField(max_length=100, blank=True)
     model_name = models.CharField(max_length=200, blank=True)
@@ -159,6 +194,7 @@ class TimelineEventStatus(models.TextChoices):
     STREAMING = "streaming"
     COMPLETED = "completed"
     FAILED = "failed"
+    CANCELLED = "cancelled"
 
 
 class TimelineEvent(models.Model):
@@ -283,6 +319,7 @@ class SessionEventType(models.TextChoices):
 
     SESSION_STATUS = "session.status"
     STAGE_STATUS = "stage.status"
+    EXECUTION_STATUS = "execution.status"
     TIMELINE_CREATED = "timeline_event.created"
     TIMELINE_COMPLETED = "timeline_event.completed"
     STREAM_CHUNK = "stream.chunk"

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,19 @@ def tarsy_config(settings, tmp_path: Path):
 
     yield use
     get_config.cache_clear()
+
+
+@pytest.fixture
+def scripted_summaries(db) -> Callable[[dict], None]:
+    """For tests whose model is a fake server: the executive summary that ends every
+    session goes to a scripted provider instead, so the fake answers only the agent.
+    Call it from a ``tarsy_config`` change."""
+    LLMProvider.objects.create(
+        name="summaries", type=ProviderType.SCRIPTED, model="demo", options={"chunk_delay": 0}
+    )
+
+    def use(config: dict) -> None:
+        for chain in config["agent_chains"].values():
+            chain["executive_summary_provider"] = "summaries"
+
+    return use

@@ -17,9 +17,18 @@ clusters), ``records`` (what a worker writes while it runs), ``leases``, ``event
 """
 
 from sessions.services.events import event_publish, serialize_transaction
-from sessions.services.leases import Lease, LeaseLost, session_heartbeat, session_lease_status
+from sessions.services.leases import (
+    Lease,
+    LeaseLost,
+    LeaseState,
+    session_heartbeat,
+    session_lease_status,
+)
 from sessions.services.lifecycle import (
     Claim,
+    NotCancellable,
+    execution_cancel,
+    session_cancel,
     session_claim,
     session_create,
     session_end,
@@ -54,8 +63,11 @@ __all__ = [
     "Claim",
     "Lease",
     "LeaseLost",
+    "LeaseState",
+    "NotCancellable",
     "SessionNotQueued",
     "event_publish",
+    "execution_cancel",
     "execution_finish",
     "execution_start",
     "execution_switch_provider",
@@ -63,6 +75,7 @@ __all__ = [
     "mcp_interaction_create",
     "message_create",
     "serialize_transaction",
+    "session_cancel",
     "session_claim",
     "session_create",
     "session_end",

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from sessions.models import AlertSession
+from sessions.models import AgentExecution, AlertSession, ExecutionStatus
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,32 @@ def session_heartbeat(*, lease: Lease) -> None:
         hold(lease)
 
 
-def session_lease_status(*, lease: Lease) -> str | None:
-    """The session's status while ``lease`` is held; None once it is lost."""
-    return (
+@dataclass(frozen=True)
+class LeaseState:
+    status: str  # in_progress, or cancelling once a cancel was asked for
+    cancelled_by: str = ""
+    cancel_reason: str = ""
+    # Executions someone asked to stop, still running: (execution id, attribution).
+    cancelled_executions: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def cancel_attribution(self) -> str:
+        who = f"Cancelled by {self.cancelled_by or 'someone'}"
+        return f"{who}: {self.cancel_reason}" if self.cancel_reason else who
+
+
+def session_lease_status(*, lease: Lease) -> LeaseState | None:
+    """What the holder of ``lease`` must act on; None once the lease is lost."""
+    row = (
         AlertSession.objects.filter(id=lease.session_id, lease_token=lease.token)
-        .values_list("status", flat=True)
+        .values_list("status", "cancelled_by", "cancel_reason")
         .first()
     )
+    if row is None:
+        return None
+    cancelled = AgentExecution.objects.filter(
+        session_id=lease.session_id,
+        cancel_requested_at__isnull=False,
+        status__in=[ExecutionStatus.PENDING, ExecutionStatus.ACTIVE],
+    ).values_list("id", "cancel_reason")
+    return LeaseState(*row, cancelled_executions=tuple(cancelled))

@@ -21,15 +21,18 @@ from sessions.models import (
     ExecutionStatus,
     SessionStatus,
     Stage,
-    TimelineEvent,
     TimelineEventStatus,
     TimelineEventType,
 )
-from sessions.selectors import latest_event_id, streamed_text
 from sessions.services.events import publish_session_status, serialize_transaction
 from sessions.services.leases import Lease, hold
 from sessions.services.queue import session_enqueue, sessions_dispatch_waiting
-from sessions.services.records import item_complete, item_create, stage_close
+from sessions.services.records import (
+    close_open_items,
+    execution_close,
+    item_create,
+    stage_close,
+)
 
 
 def session_create(
@@ -105,16 +108,20 @@ def session_end(
     final_analysis: str = "",
     error_message: str = "",
     explain: bool = False,
+    executive_summary: str = "",
+    executive_summary_error: str = "",
+    close_reason: str = "",
 ) -> None:
-    """End a session: close whatever it left open, explain why (an ``error`` item) when
-    asked, set the terminal status and give the lease up, in one transaction."""
+    """End a session: close whatever it left open (saying ``close_reason``, else the error),
+    explain why (an ``error`` item) when asked, set the terminal status and give the lease
+    up, in one transaction."""
     with transaction.atomic():
         # Serialized with claims, so a claim deferred for want of room cannot miss the
         # slot this frees (sessions_dispatch_waiting below).
         serialize_transaction("tarsy-session-claim")
         hold(lease)
         if status != SessionStatus.COMPLETED:
-            _close_open_work(lease.session_id, _work_status(status), error_message)
+            close_open_work(lease.session_id, _work_status(status), close_reason or error_message)
         if explain:
             item_create(
                 session_id=lease.session_id,
@@ -129,12 +136,69 @@ def session_end(
             status=status,
             final_analysis=final_analysis,
             error_message=error_message,
+            executive_summary=executive_summary,
+            executive_summary_error=executive_summary_error,
             completed_at=timezone.now(),
             lease_token=None,
         )
         publish_session_status(lease.session_id)
         # A slot is free: a session waiting for one gets its task now.
         transaction.on_commit(sessions_dispatch_waiting)
+
+
+class NotCancellable(Exception):
+    """The session (or execution) has already ended; the message says how."""
+
+
+def session_cancel(*, session_id: Any, by: str, reason: str = "") -> SessionStatus:
+    """Stop a session: a pending one is cancelled at once and never runs; a running one
+    becomes ``cancelling`` and its worker, wherever it runs, ends it ``cancelled`` within
+    ``TARSY_LEASE_CHECK_INTERVAL``. Who and why are recorded now, not by the worker."""
+    with transaction.atomic():
+        serialize_transaction("tarsy-session-claim")
+        now = timezone.now()
+        if AlertSession.objects.filter(id=session_id, status=SessionStatus.PENDING).update(
+            status=SessionStatus.CANCELLED,
+            cancelled_by=by,
+            cancel_reason=reason,
+            completed_at=now,
+            enqueued_at=None,
+        ):
+            publish_session_status(session_id)
+            return SessionStatus.CANCELLED
+        if AlertSession.objects.filter(id=session_id, status=SessionStatus.IN_PROGRESS).update(
+            status=SessionStatus.CANCELLING, cancelled_by=by, cancel_reason=reason
+        ):
+            publish_session_status(session_id)
+            return SessionStatus.CANCELLING
+        status = AlertSession.objects.filter(id=session_id).values_list("status", flat=True).first()
+    if status == SessionStatus.CANCELLING:
+        raise NotCancellable("the session is already being cancelled")
+    raise NotCancellable(f"the session has already ended ({status})")
+
+
+def execution_cancel(
+    *, session_id: Any, execution_id: int, by: str, reason: str = ""
+) -> AgentExecution:
+    """Ask the worker to stop one agent (a parallel agent or a sub-agent); the rest of the
+    session goes on, and the stage's success policy decides."""
+    updated = AgentExecution.objects.filter(
+        id=execution_id,
+        session_id=session_id,
+        status__in=[ExecutionStatus.PENDING, ExecutionStatus.ACTIVE],
+        cancel_requested_at__isnull=True,
+        session__status=SessionStatus.IN_PROGRESS,
+    ).update(cancel_requested_at=timezone.now(), cancel_reason=_attribution(by, reason))
+    execution = AgentExecution.objects.get(id=execution_id, session_id=session_id)
+    if not updated:
+        if execution.cancel_requested_at is not None:
+            raise NotCancellable("this agent is already being cancelled")
+        raise NotCancellable(f"this agent has already ended ({execution.status})")
+    return execution
+
+
+def _attribution(by: str, reason: str) -> str:
+    return f"Cancelled by {by}: {reason}" if reason else f"Cancelled by {by}"
 
 
 def _work_status(status: SessionStatus) -> ExecutionStatus:
@@ -144,25 +208,14 @@ def _work_status(status: SessionStatus) -> ExecutionStatus:
     }.get(status, ExecutionStatus.FAILED)
 
 
-def _close_open_work(session_id: Any, status: ExecutionStatus, reason: str) -> None:
-    """Streaming items keep the text they had streamed (rebuilt from their chunks) and end
-    failed; active executions and stages end with ``status``."""
-    open_items = list(
-        TimelineEvent.objects.filter(session_id=session_id, status=TimelineEventStatus.STREAMING)
-    )
-    if open_items:
-        streamed = streamed_text([i.id for i in open_items], up_to_event_id=latest_event_id())
-        for item in open_items:
-            item_complete(
-                item,
-                content=streamed.get(item.id) or f"Interrupted: {reason}",
-                status=TimelineEventStatus.FAILED,
-                event_type=None,
-                metadata={"interrupted": reason},
-            )
-    AgentExecution.objects.filter(
+def close_open_work(session_id: Any, status: ExecutionStatus, reason: str) -> None:
+    """Streaming items keep the text they had streamed and end failed (or cancelled);
+    active executions and stages end with ``status``."""
+    for execution in AgentExecution.objects.filter(
         session_id=session_id, status__in=[ExecutionStatus.PENDING, ExecutionStatus.ACTIVE]
-    ).update(status=status, error_message=reason, completed_at=timezone.now())
+    ):
+        execution_close(execution, status=status, error_message=reason)
+    close_open_items(session_id=session_id, status=status, reason=reason)  # session-level ones
     for stage in Stage.objects.filter(
         session_id=session_id, status__in=[ExecutionStatus.PENDING, ExecutionStatus.ACTIVE]
     ):

@@ -13,26 +13,42 @@ from sessions.models import (
     LLMInteraction,
     MCPInteraction,
     Message,
+    ParallelType,
     SessionEvent,
     SessionEventType,
     Stage,
+    StageType,
     TimelineEvent,
     TimelineEventStatus,
     TimelineEventType,
 )
+from sessions.selectors import latest_event_id, streamed_text
 from sessions.services.events import event_publish
 from sessions.services.leases import Lease, hold
 
 # --- stages and executions --------------------------------------------------------------
 
 
-def stage_start(*, lease: Lease, name: str, index: int) -> Stage:
+def stage_start(
+    *,
+    lease: Lease,
+    name: str,
+    index: int,
+    stage_type: StageType = StageType.INVESTIGATION,
+    parallel_type: ParallelType = ParallelType.NONE,
+    success_policy: str = "",
+    expected_agent_count: int = 1,
+) -> Stage:
     with transaction.atomic():
         hold(lease)
         stage = Stage.objects.create(
             session_id=lease.session_id,
             name=name,
             index=index,
+            stage_type=stage_type,
+            parallel_type=parallel_type,
+            success_policy=success_policy,
+            expected_agent_count=expected_agent_count,
             status=ExecutionStatus.ACTIVE,
             started_at=timezone.now(),
         )
@@ -66,6 +82,8 @@ def _publish_stage_status(stage: Stage) -> None:
             "stage_id": stage.id,
             "name": stage.name,
             "index": stage.index,
+            "stage_type": stage.stage_type,
+            "parallel_type": stage.parallel_type,
             "status": stage.status,
         },
     )
@@ -80,20 +98,42 @@ def execution_start(
     llm_backend: str,
     llm_provider: str,
     model_name: str,
+    parent_execution: AgentExecution | None = None,
+    task: str = "",
 ) -> AgentExecution:
     with transaction.atomic():
         hold(lease)
-        return AgentExecution.objects.create(
+        execution = AgentExecution.objects.create(
             session_id=stage.session_id,
             stage=stage,
             agent_name=agent_name,
             agent_index=agent_index,
+            parent_execution=parent_execution,
+            task=task,
             status=ExecutionStatus.ACTIVE,
             llm_backend=llm_backend,
             llm_provider=llm_provider,
             model_name=model_name,
             started_at=timezone.now(),
         )
+        _publish_execution_status(execution)
+    return execution
+
+
+def _publish_execution_status(execution: AgentExecution) -> None:
+    event_publish(
+        session_id=execution.session_id,
+        type=SessionEventType.EXECUTION_STATUS,
+        payload={
+            "execution_id": execution.id,
+            "stage_id": execution.stage_id,
+            "parent_execution_id": execution.parent_execution_id,
+            "agent_name": execution.agent_name,
+            "agent_index": execution.agent_index,
+            "status": execution.status,
+            "error_message": execution.error_message,
+        },
+    )
 
 
 def execution_switch_provider(
@@ -136,23 +176,71 @@ def execution_finish(
     error_message: str = "",
     iterations: int = 0,
 ) -> AgentExecution:
+    with transaction.atomic():
+        hold(lease)
+        execution_close(
+            execution,
+            status=status,
+            final_analysis=final_analysis,
+            error_message=error_message,
+            iterations=iterations,
+        )
+    return execution
+
+
+def execution_close(
+    execution: AgentExecution,
+    *,
+    status: ExecutionStatus,
+    final_analysis: str = "",
+    error_message: str = "",
+    iterations: int | None = None,
+) -> None:
+    """``execution_finish`` for a caller already holding the lease in its transaction.
+    Items it left streaming keep their text and end with it."""
+    close_open_items(
+        session_id=execution.session_id,
+        execution_id=execution.id,
+        status=status,
+        reason=error_message or str(status),
+    )
     execution.status = status
     execution.final_analysis = final_analysis
     execution.error_message = error_message
-    execution.iterations = iterations
+    if iterations is not None:
+        execution.iterations = iterations
     execution.completed_at = timezone.now()
-    with transaction.atomic():
-        hold(lease)
-        execution.save(
-            update_fields=[
-                "status",
-                "final_analysis",
-                "error_message",
-                "iterations",
-                "completed_at",
-            ]
+    execution.save(
+        update_fields=["status", "final_analysis", "error_message", "iterations", "completed_at"]
+    )
+    _publish_execution_status(execution)
+
+
+def close_open_items(
+    *, session_id: Any, status: ExecutionStatus, reason: str, execution_id: int | None = None
+) -> None:
+    """Streaming items (of one execution, or the session's own) keep the text they had
+    streamed, rebuilt from their chunks, and end cancelled or failed."""
+    items = TimelineEvent.objects.filter(
+        session_id=session_id, execution_id=execution_id, status=TimelineEventStatus.STREAMING
+    )
+    open_items = list(items)
+    if not open_items:
+        return
+    streamed = streamed_text([i.id for i in open_items], up_to_event_id=latest_event_id())
+    ending = (
+        TimelineEventStatus.CANCELLED
+        if status == ExecutionStatus.CANCELLED
+        else TimelineEventStatus.FAILED
+    )
+    for item in open_items:
+        item_complete(
+            item,
+            content=streamed.get(item.id) or f"Interrupted: {reason}",
+            status=ending,
+            event_type=None,
+            metadata={"interrupted": reason},
         )
-    return execution
 
 
 # --- timeline -----------------------------------------------------------------------------

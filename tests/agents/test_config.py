@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from agents.config import ConfigError, load_config, validate_references
+from agents.resolver import stage_agent_settings
 
 BASE = {
     "defaults": {"alert_type": "kubernetes"},
@@ -70,7 +71,7 @@ def test_an_unknown_agent_names_file_key_and_the_defined_agents(tmp_path):
     )
     assert message == (
         "tarsy.yaml: agent_chains.k8s.stages[0].agents[0].name: unknown agent 'Nope'; "
-        "defined: KubernetesAgent"
+        "defined: SynthesisAgent, ExecSummaryAgent, KubernetesAgent"
     )
 
 
@@ -98,8 +99,10 @@ def test_an_unknown_mcp_server_names_the_defined_ones(tmp_path):
 
 
 def test_an_unknown_agent_type_lists_the_allowed_types(tmp_path):
-    message = error_for(tmp_path, with_change(["agents", "KubernetesAgent", "type"], "synthesis"))
-    assert "agents.KubernetesAgent.type: unknown agent type 'synthesis'" in message
+    message = error_for(tmp_path, with_change(["agents", "KubernetesAgent", "type"], "planner"))
+    assert "agents.KubernetesAgent.type: unknown agent type 'planner'" in message
+    for allowed in ("'action'", "'synthesis'", "'exec_summary'", "'scoring'"):
+        assert allowed in message
 
 
 def test_the_default_alert_type_must_have_a_chain(tmp_path):
@@ -146,12 +149,115 @@ def test_max_iterations_must_be_a_positive_whole_number(tmp_path, value):
     assert "agents.KubernetesAgent.max_iterations: expected a whole number of at least 1" in message
 
 
-def test_several_agents_per_stage_are_refused_for_now(tmp_path):
+def parallel_chain(**stage) -> dict:
     config = with_change(
         ["agent_chains", "k8s", "stages"],
-        [{"name": "s", "agents": ["KubernetesAgent", "KubernetesAgent"]}],
+        [{"name": "investigation", "agents": ["KubernetesAgent", "EventsAgent"], **stage}],
     )
-    assert "not supported yet" in error_for(tmp_path, config)
+    config["agents"]["EventsAgent"] = {
+        "mcp_servers": ["kubernetes"],
+        "description": "Reads events",
+    }
+    return config
+
+
+def test_a_parallel_stage_with_policy_synthesis_and_sub_agents(tmp_path):
+    config = parallel_chain(
+        success_policy="all",
+        synthesis={"agent": "SynthesisAgent", "llm_provider": "claude"},
+        sub_agents=["EventsAgent", {"name": "EventsAgent", "max_iterations": 3}],
+    )
+    config["defaults"]["success_policy"] = "any"
+    config["defaults"]["orchestrator"] = {"max_concurrent_agents": 2, "agent_timeout": "10m"}
+    config["agents"]["KubernetesAgent"]["orchestrator"] = {"max_budget": 90}
+    config["agent_chains"]["k8s"]["executive_summary_provider"] = "cheap"
+    loaded = load_config(write(tmp_path, config))
+    stage = loaded.chains["k8s"].stages[0]
+    assert stage.parallel
+    assert stage.success_policy == "all"
+    assert stage.synthesis.llm_provider == "claude"
+    assert [r.max_iterations for r in stage.sub_agents] == [None, 3]
+    assert loaded.chains["k8s"].executive_summary_provider == "cheap"
+    settings = stage_agent_settings(loaded, loaded.chains["k8s"], stage, stage.agents[0])
+    assert settings.orchestrator.max_concurrent_agents == 2  # defaults
+    assert settings.orchestrator.agent_timeout == 600.0  # "10m"
+    assert settings.orchestrator.max_budget == 90.0  # the agent's own
+    assert [r.name for r in settings.sub_agents] == ["EventsAgent", "EventsAgent"]
+
+
+def test_sub_agents_resolve_stage_agent_then_stage_then_chain(tmp_path):
+    config = parallel_chain(sub_agents=["EventsAgent"])
+    config["agent_chains"]["k8s"]["sub_agents"] = ["KubernetesAgent"]
+    config["agent_chains"]["k8s"]["stages"][0]["agents"][0] = {
+        "name": "KubernetesAgent",
+        "sub_agents": [{"name": "EventsAgent", "max_iterations": 2}],
+    }
+    config["agents"]["KubernetesAgent"]["description"] = "Kubernetes"
+    loaded = load_config(write(tmp_path, config))
+    chain = loaded.chains["k8s"]
+    stage = chain.stages[0]
+    first = stage_agent_settings(loaded, chain, stage, stage.agents[0])
+    second = stage_agent_settings(loaded, chain, stage, stage.agents[1])
+    assert [(r.name, r.max_iterations) for r in first.sub_agents] == [("EventsAgent", 2)]
+    assert [r.name for r in second.sub_agents] == ["EventsAgent"]  # the stage's list
+
+
+def test_replicas_run_copies_of_one_agent(tmp_path):
+    from agents.resolver import stage_settings
+
+    config = with_change(["agent_chains", "k8s", "stages", 0, "replicas"], 3)
+    loaded = load_config(write(tmp_path, config))
+    chain = loaded.chains["k8s"]
+    assert [s.name for s in stage_settings(loaded, chain, chain.stages[0])] == [
+        "KubernetesAgent"
+    ] * 3
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"replicas": 2}, "stages[0].replicas: replicas run copies of one agent"),
+        ({"success_policy": "most"}, "stages[0].success_policy: unknown success policy 'most'"),
+        ({"synthesis": {"agent": "KubernetesAgent"}}, "'KubernetesAgent' is not a synthesis agent"),
+        ({"synthesis": {"agnet": "x"}}, "stages[0].synthesis.agnet: unknown key"),
+        ({"sub_agents": ["Ghost"]}, "stages[0].sub_agents[0]: unknown agent 'Ghost'"),
+        ({"sub_agents": ["KubernetesAgent"]}, "agent 'KubernetesAgent' has no description"),
+        ({"sub_agents": ["SynthesisAgent"]}, "'SynthesisAgent' is a synthesis agent"),
+    ],
+)
+def test_stage_mistakes_are_named(tmp_path, change, expected):
+    assert expected in error_for(tmp_path, parallel_chain(**change))
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("5m", 300.0), ("90s", 90.0), ("1h", 3600.0), (45, 45.0), ("250ms", 0.25)],
+)
+def test_durations(tmp_path, value, expected):
+    config = with_change(["defaults", "orchestrator"], {"agent_timeout": value})
+    assert load_config(write(tmp_path, config)).defaults.orchestrator.agent_timeout == expected
+
+
+def test_a_bad_duration_is_named(tmp_path):
+    config = with_change(["defaults", "orchestrator"], {"agent_timeout": "soon"})
+    assert "defaults.orchestrator.agent_timeout: expected a duration" in error_for(tmp_path, config)
+
+
+def test_builtin_agents_exist_and_a_yaml_entry_replaces_one(tmp_path):
+    loaded = load_config(write(tmp_path, BASE))
+    assert loaded.agents["SynthesisAgent"].type == "synthesis"
+    assert loaded.agents["ExecSummaryAgent"].type == "exec_summary"
+    config = with_change(
+        ["agents", "SynthesisAgent"], {"type": "synthesis", "custom_instructions": "Be brief."}
+    )
+    assert load_config(write(tmp_path, config)).agents["SynthesisAgent"].custom_instructions == (
+        "Be brief."
+    )
+
+
+def test_the_orchestrator_server_id_is_reserved(tmp_path):
+    config = with_change(["mcp_servers", "orchestrator"], BASE["mcp_servers"]["kubernetes"])
+    assert "'orchestrator' is reserved" in error_for(tmp_path, config)
 
 
 def test_broken_yaml_and_missing_file(tmp_path):
@@ -171,7 +277,7 @@ def test_hierarchy_defaults_agent_chain_stage_stage_agent(tmp_path):
     config["agent_chains"]["k8s"]["stages"][0]["agents"][0]["llm_provider"] = "from-stage-agent"
     loaded = load_config(write(tmp_path, config))
     chain = loaded.chains["k8s"]
-    resolved = loaded.resolve_agent(chain, chain.stages[0], chain.stages[0].agents[0])
+    resolved = stage_agent_settings(loaded, chain, chain.stages[0], chain.stages[0].agents[0])
     assert resolved.max_iterations == 7  # chain beats agent (5) and defaults (30)
     assert resolved.llm_provider == "from-stage-agent"
     assert resolved.llm_backend == "langchain"
@@ -212,7 +318,7 @@ def test_fallback_providers_resolve_like_other_settings(tmp_path):
     ]
     loaded = load_config(write(tmp_path, config))
     chain = loaded.chains["k8s"]
-    resolved = loaded.resolve_agent(chain, chain.stages[0], chain.stages[0].agents[0])
+    resolved = stage_agent_settings(loaded, chain, chain.stages[0], chain.stages[0].agents[0])
     assert [(f.provider, f.backend) for f in resolved.fallback_providers] == [
         ("claude", "langchain"),
         ("gpt", None),
@@ -270,5 +376,5 @@ def test_agent_native_tools_are_checked(tmp_path):
     config["agents"]["KubernetesAgent"]["native_tools"] = ["code_execution"]
     loaded = load_config(write(tmp_path, config))
     chain = loaded.chains["k8s"]
-    resolved = loaded.resolve_agent(chain, chain.stages[0], chain.stages[0].agents[0])
+    resolved = stage_agent_settings(loaded, chain, chain.stages[0], chain.stages[0].agents[0])
     assert resolved.native_tools == ("code_execution",)

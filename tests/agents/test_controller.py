@@ -28,10 +28,17 @@ def submit(data: str = "namespace: payments") -> AlertSession:
     )
 
 
+def investigation_calls(session: AlertSession):
+    """The agent's own LLM calls, without the executive summary that ends every session."""
+    return LLMInteraction.objects.filter(session=session).exclude(interaction_type="exec_summary")
+
+
 def timeline(session: AlertSession) -> list[tuple[str, str]]:
     return [
         (e.event_type, e.status)
-        for e in TimelineEvent.objects.filter(session=session).order_by("id")
+        for e in TimelineEvent.objects.filter(session=session)
+        .exclude(stage__stage_type="exec_summary")
+        .order_by("id")
     ]
 
 
@@ -63,14 +70,18 @@ def test_it_calls_tools_feeds_results_back_and_concludes(scripted_provider):
     assert tool_item.metadata["arguments"] == {"namespace": "payments"}
     assert "payments-api" in tool_item.content  # the real server's answer
 
-    roles = list(Message.objects.filter(session=session).values_list("role", flat=True))
+    roles = list(
+        Message.objects.filter(
+            session=session, execution__stage__stage_type="investigation"
+        ).values_list("role", flat=True)
+    )
     assert roles == ["system", "user", "assistant", "tool", "assistant"]
     assistant = Message.objects.filter(session=session, role="assistant").first()
     tool_message = Message.objects.get(session=session, role="tool")
     assert tool_message.tool_call_id == assistant.tool_calls[0]["id"]
     assert tool_message.content == tool_item.content
 
-    interactions = list(LLMInteraction.objects.filter(session=session))
+    interactions = list(investigation_calls(session))
     assert len(interactions) == 2
     # The second call saw the tool's result: the conversation is sent whole every turn.
     assert interactions[1].request_messages[-1]["role"] == "tool"
@@ -112,7 +123,7 @@ def test_it_forces_a_conclusion_without_tools_at_max_iterations(scripted_provide
     session.refresh_from_db()
     assert session.status == "completed"
     assert session.final_analysis == "Concluding from what I have."
-    last = LLMInteraction.objects.filter(session=session).last()
+    last = investigation_calls(session).last()
     assert last.interaction_type == "forced_conclusion"
     assert last.tools == []  # no tools offered, so none could be called
     assert "limit of 2 investigation steps" in last.request_messages[-1]["content"]
@@ -176,15 +187,13 @@ def test_a_failing_provider_hands_over_to_the_fallback(
     fallback = TimelineEvent.objects.get(session=session, event_type="provider_fallback")
     assert "'scripted-test' (scripted, script) failed: bad key [auth_error]" in fallback.content
     assert "Continuing on 'backup' (scripted, backup-model)" in fallback.content
-    execution = session.executions.get()
+    execution = session.executions.get(stage__stage_type="investigation")
     assert (execution.llm_provider, execution.model_name) == ("backup", "backup-model")
     assert (execution.original_llm_provider, execution.original_model_name) == (
         "scripted-test",
         "script",
     )
-    providers = list(
-        LLMInteraction.objects.filter(session=session).values_list("provider", "error_code")
-    )
+    providers = list(investigation_calls(session).values_list("provider", "error_code"))
     assert providers == [("scripted-test", "auth_error"), ("backup", "")]
 
 
@@ -211,7 +220,7 @@ def test_calls_are_priced_from_the_configured_rates(scripted_provider, tarsy_con
     scripted_provider([{"text": "one two three"}])
     session = submit()
     run_session(str(session.id))
-    call = LLMInteraction.objects.get(session=session)
+    call = investigation_calls(session).get()
     expected = (call.input_tokens * 1.0 + call.output_tokens * 2.0) / 1_000_000
     assert call.output_tokens == 3
     assert float(call.estimated_cost_usd) == pytest.approx(expected, abs=1e-6)

@@ -21,6 +21,7 @@ def test_a_401_on_openai_falls_back_to_gemini(
     openai_server,  # noqa: F811 - fixture
     fake_gemini,  # noqa: F811 - fixture
     tarsy_config,
+    scripted_summaries,
     monkeypatch,
 ):
     monkeypatch.setenv("TEST_OPENAI_KEY", "sk-test-not-real")
@@ -54,11 +55,14 @@ def test_a_401_on_openai_falls_back_to_gemini(
         api_key_env="TEST_GEMINI_KEY",
         base_url=fake_gemini.base_url,
     )
-    tarsy_config(
-        lambda config: config["defaults"].update(
-            fallback_providers=[{"provider": "gemini", "backend": "google-native"}]
-        )
-    )
+
+    def fallback_to_gemini(config):
+        config["defaults"]["fallback_providers"] = [
+            {"provider": "gemini", "backend": "google-native"}
+        ]
+        scripted_summaries(config)
+
+    tarsy_config(fallback_to_gemini)
     session = services.session_create(
         alert_type="kubernetes",
         alert_data="namespace: payments",
@@ -89,22 +93,23 @@ def test_a_401_on_openai_falls_back_to_gemini(
     assert responses[0]["name"] == "kubernetes__get_pods"
     assert "payments-api" in str(responses[0]["response"])
     calls = list(
-        LLMInteraction.objects.filter(session=session).values_list(
-            "provider", "backend", "error_code"
-        )
+        LLMInteraction.objects.filter(session=session)
+        .exclude(interaction_type="exec_summary")
+        .values_list("provider", "backend", "error_code")
     )
     assert calls == [
         ("openai", "langchain", "auth_error"),
         ("gemini", "google-native", ""),
         ("gemini", "google-native", ""),
     ]
-    execution = session.executions.get()
+    execution = session.executions.get(stage__stage_type="investigation")
     assert (execution.llm_provider, execution.original_llm_provider) == ("gemini", "openai")
 
 
 def test_an_agents_native_tools_reach_gemini_when_it_has_no_mcp_tools(
     fake_gemini,  # noqa: F811 - fixture
     tarsy_config,
+    scripted_summaries,
     monkeypatch,
 ):
     monkeypatch.setenv("TEST_GEMINI_KEY", "gemini-test-not-real")
@@ -123,6 +128,7 @@ def test_an_agents_native_tools_reach_gemini_when_it_has_no_mcp_tools(
         agent = config["agents"]["KubernetesAgent"]
         agent["mcp_servers"] = []
         agent["native_tools"] = ["google_search"]
+        scripted_summaries(config)
 
     tarsy_config(no_mcp_but_search)
     session = services.session_create(

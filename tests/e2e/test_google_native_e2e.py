@@ -60,6 +60,9 @@ CALLS = [
 ]
 USAGE_1 = g.usage(1200, 45, thoughts=310)
 USAGE_2 = g.usage(2600, 120, thoughts=420)
+USAGE_3 = g.usage(400, 40)
+# The executive summary that ends every session: one more call, no tools.
+SUMMARY = "payments-api crash-loops since the 2.14.0 rollout because DATABASE_PASSWORD is unset."
 
 
 def gemini_script() -> list[dict[str, Any]]:
@@ -82,9 +85,13 @@ def gemini_script() -> list[dict[str, Any]]:
             g.text(FINAL_PARTS[-1]), finish_reason="STOP", usage_metadata=USAGE_2, model=MODEL
         ),
     ]
+    summary = [
+        g.response(g.text(SUMMARY), finish_reason="STOP", usage_metadata=USAGE_3, model=MODEL)
+    ]
     return [
         {"chunks": turn_1, "delay": [0.25] * len(THOUGHTS_1) + [0.1, 0.1]},
         {"chunks": turn_2, "delay": [0.25] * len(THOUGHTS_2) + [0.1] * len(FINAL_PARTS)},
+        {"chunks": summary, "delay": 0.05},
     ]
 
 
@@ -184,6 +191,7 @@ def test_google_native_investigation_streams_thinking_live(tmp_path, playwright)
                     "llm_tool_call",
                     "llm_thinking",
                     "final_analysis",
+                    "executive_summary",
                 ]
                 assert page.locator('#timeline .item[data-status="streaming"]').count() == 0
 
@@ -224,8 +232,14 @@ def test_google_native_investigation_streams_thinking_live(tmp_path, playwright)
                 assert page.locator("#demo-banner").count() == 0
                 assert page.locator(".banner.demo").count() == 0
 
-                assert_requests(gemini.wait_for_requests(2))
-                assert_interactions(recorded_interactions(tarsy))
+                requests = gemini.wait_for_requests(3)
+                assert_requests(requests[:2])
+                summary_request = requests[2]["body"]
+                assert "tools" not in summary_request  # one call, no tools
+                assert "Investigation to summarise" in json.dumps(summary_request["contents"])
+                interactions = recorded_interactions(tarsy)
+                assert_interactions(interactions[:2])
+                assert interactions[2]["response_text"] == SUMMARY
                 assert KEY not in tarsy.log_tail(lines=100_000)
             except BaseException:
                 print(tarsy.log_tail())

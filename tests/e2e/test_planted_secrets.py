@@ -70,6 +70,17 @@ def gemini_script() -> list[dict[str, Any]]:
             ],
             "delay": 0.05,
         },
+        {  # the executive summary that ends every session
+            "chunks": [
+                g.response(
+                    g.text("Credentials were rotated."),
+                    finish_reason="STOP",
+                    usage_metadata=g.usage(50, 5),
+                    model=MODEL,
+                )
+            ],
+            "delay": 0.05,
+        },
     ]
 
 
@@ -133,7 +144,7 @@ def test_no_planted_secret_reaches_storage_logs_pages_sockets_api_or_the_llm(tmp
                 tarsy.api("GET", "/api/v1/sessions", token)[1],
             ]
             requests = gemini.requests()
-            assert len(requests) == 2  # the tool results went to the model, masked
+            assert len(requests) == 3  # the tool results went to the model, masked
             database = b"".join(
                 path.read_bytes()
                 for path in tarsy.data_dir.iterdir()

@@ -1,0 +1,253 @@
+"""The one place that decides how an agent runs.
+
+tarsy.yaml's hierarchy (defaults → agent → chain → stage → stage-agent, later wins),
+the LLM provider rows in the database, the backend that drives them, Gemini native
+tools, MCP servers, sub-agents and their guardrails all meet here; the executor gets a
+``ResolvedAgent`` and looks nothing up itself.
+
+Resolving touches the database (provider rows): call these from a sync context (the
+executor uses ``db()``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+from agents.config_types import (
+    ITERATING_TYPES,
+    AgentConfig,
+    ChainConfig,
+    FallbackProvider,
+    MCPServerConfig,
+    OrchestratorConfig,
+    StageAgentConfig,
+    StageConfig,
+    SubAgentRef,
+    SynthesisConfig,
+    TarsyConfig,
+)
+from llm.base import Provider
+from llm.models import BACKENDS_FOR_TYPE, LLMProvider
+from llm.registry import get_backend
+from llm.types import ProviderConfig
+
+logger = logging.getLogger(__name__)
+
+ADMIN = "Django admin → LLM providers"
+
+
+class ResolutionError(Exception):
+    """An agent cannot run as configured; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class ProviderChoice:
+    """A provider row resolved to the backend that drives it."""
+
+    config: ProviderConfig
+    backend: str
+    provider: Provider
+
+    def describe(self) -> str:
+        return f"{self.config.name!r} ({self.backend}, {self.config.model or 'no model'})"
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """An agent's tarsy.yaml settings with the hierarchy applied; no database needed."""
+
+    name: str
+    type: str
+    description: str
+    custom_instructions: str
+    max_iterations: int
+    mcp_servers: tuple[str, ...]
+    llm_provider: str | None  # None: the provider marked default in admin
+    llm_backend: str | None  # None: the provider type's default backend
+    fallback_providers: tuple[FallbackProvider, ...] = ()
+    native_tools: tuple[str, ...] | None = None  # None: the provider's own setting
+    sub_agents: tuple[SubAgentRef, ...] = ()  # empty: the agent dispatches none
+    orchestrator: OrchestratorConfig = dataclasses.field(default_factory=OrchestratorConfig)
+
+    @property
+    def iterating(self) -> bool:
+        return self.type in ITERATING_TYPES
+
+
+@dataclass(frozen=True)
+class ResolvedAgent:
+    """Everything one agent execution needs: its settings, servers and providers."""
+
+    settings: AgentSettings
+    servers: dict[str, MCPServerConfig]
+    choice: ProviderChoice
+    fallbacks: tuple[ProviderChoice, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+
+def _last_set(*values):
+    chosen = None
+    for value in values:
+        if value is not None:
+            chosen = value
+    return chosen
+
+
+def _orchestrator(config: TarsyConfig, agent: AgentConfig) -> OrchestratorConfig:
+    defaults, own = config.defaults.orchestrator, agent.orchestrator or OrchestratorConfig()
+    return OrchestratorConfig(
+        max_concurrent_agents=own.max_concurrent_agents or defaults.max_concurrent_agents,
+        agent_timeout=own.agent_timeout or defaults.agent_timeout,
+        max_budget=own.max_budget or defaults.max_budget,
+    )
+
+
+def stage_agent_settings(
+    config: TarsyConfig, chain: ChainConfig, stage: StageConfig, stage_agent: StageAgentConfig
+) -> AgentSettings:
+    agent = config.agents[stage_agent.name]
+    return AgentSettings(
+        name=agent.name,
+        type=agent.type,
+        description=agent.description,
+        custom_instructions=agent.custom_instructions,
+        max_iterations=_last_set(
+            config.defaults.max_iterations,
+            agent.max_iterations,
+            chain.max_iterations,
+            stage.max_iterations,
+            stage_agent.max_iterations,
+        ),
+        mcp_servers=_last_set(agent.mcp_servers, chain.mcp_servers, stage_agent.mcp_servers) or (),
+        llm_provider=_last_set(
+            config.defaults.llm_provider,
+            agent.llm_provider,
+            chain.llm_provider,
+            stage_agent.llm_provider,
+        ),
+        llm_backend=_last_set(
+            config.defaults.llm_backend,
+            agent.llm_backend,
+            chain.llm_backend,
+            stage_agent.llm_backend,
+        ),
+        fallback_providers=_last_set(
+            config.defaults.fallback_providers,
+            agent.fallback_providers,
+            chain.fallback_providers,
+            stage_agent.fallback_providers,
+        )
+        or (),
+        native_tools=agent.native_tools,
+        # The most specific list wins: stage-agent, then stage, then chain.
+        sub_agents=next(
+            (refs for refs in (stage_agent.sub_agents, stage.sub_agents, chain.sub_agents) if refs),
+            (),
+        ),
+        orchestrator=_orchestrator(config, agent),
+    )
+
+
+def synthesis_settings(
+    config: TarsyConfig, chain: ChainConfig, stage: StageConfig
+) -> AgentSettings:
+    synthesis = stage.synthesis or SynthesisConfig()
+    step = StageAgentConfig(
+        name=synthesis.agent,
+        llm_provider=synthesis.llm_provider,
+        llm_backend=synthesis.llm_backend,
+    )
+    return dataclasses.replace(
+        stage_agent_settings(config, chain, stage, step), mcp_servers=(), sub_agents=()
+    )
+
+
+def exec_summary_settings(config: TarsyConfig, chain: ChainConfig) -> AgentSettings:
+    step = StageAgentConfig(name="ExecSummaryAgent", llm_provider=chain.executive_summary_provider)
+    summary_stage = StageConfig(name="Executive summary", agents=(step,))
+    return dataclasses.replace(
+        stage_agent_settings(config, chain, summary_stage, step), mcp_servers=(), sub_agents=()
+    )
+
+
+def sub_agent_settings(config: TarsyConfig, chain: ChainConfig, ref: SubAgentRef) -> AgentSettings:
+    """A dispatched agent: its own definition under the chain, the ref's iteration cap.
+    Depth is one: it dispatches nothing itself."""
+    step = StageAgentConfig(name=ref.name, max_iterations=ref.max_iterations)
+    stage = StageConfig(name="sub-agent", agents=(step,))
+    return dataclasses.replace(stage_agent_settings(config, chain, stage, step), sub_agents=())
+
+
+def stage_settings(
+    config: TarsyConfig, chain: ChainConfig, stage: StageConfig
+) -> list[AgentSettings]:
+    """The agents a stage runs: each listed agent, or ``replicas`` copies of one."""
+    agents = [stage_agent_settings(config, chain, stage, entry) for entry in stage.agents]
+    return agents * stage.replicas
+
+
+def resolve(config: TarsyConfig, settings: AgentSettings) -> ResolvedAgent:
+    """Attach providers and MCP servers; ``ResolutionError`` says what is missing."""
+    choice = provider_choice(settings.llm_provider, settings.llm_backend, settings.name)
+    fallbacks = []
+    for fallback in settings.fallback_providers:
+        try:
+            fallbacks.append(provider_choice(fallback.provider, fallback.backend, settings.name))
+        except ResolutionError as problem:
+            # A broken fallback must not stop an agent whose own provider works.
+            logger.warning("skipping fallback provider for %s: %s", settings.name, problem)
+    if settings.native_tools is not None:
+        # The agent's choice of Gemini native tools overrides its providers' rows.
+        choice, *fallbacks = [
+            dataclasses.replace(
+                c, config=dataclasses.replace(c.config, native_tools=settings.native_tools)
+            )
+            for c in (choice, *fallbacks)
+        ]
+    servers = {name: config.mcp_servers[name] for name in settings.mcp_servers}
+    return ResolvedAgent(settings, servers, choice, tuple(fallbacks))
+
+
+def provider_choice(name: str | None, backend: str | None, agent_name: str) -> ProviderChoice:
+    if name:
+        row = LLMProvider.objects.filter(name=name).first()
+        if row is None:
+            known = ", ".join(LLMProvider.objects.values_list("name", flat=True)) or "none"
+            raise ResolutionError(
+                f"LLM provider {name!r} (used by {agent_name}) does not exist; "
+                f"providers: {known}. Add it in {ADMIN}"
+            )
+        if not row.enabled:
+            raise ResolutionError(
+                f"LLM provider {name!r} (used by {agent_name}) is disabled; enable it in {ADMIN}"
+            )
+    else:
+        row = LLMProvider.objects.filter(is_default=True).order_by("-enabled").first()
+        if row is None:
+            raise ResolutionError(
+                f"No LLM provider is configured: mark one as default in {ADMIN} or set "
+                "defaults.llm_provider in tarsy.yaml"
+            )
+        if not row.enabled:
+            raise ResolutionError(
+                f"The default LLM provider {row.name!r} is disabled: enable it, or mark "
+                f"another provider as default, in {ADMIN}"
+            )
+    backend = backend or row.default_backend()
+    allowed = BACKENDS_FOR_TYPE[row.type]
+    if backend not in allowed:
+        raise ResolutionError(
+            f"llm_backend {backend!r} cannot drive provider {row.name!r} of type {row.type!r}; "
+            f"allowed: {', '.join(allowed)}"
+        )
+    return ProviderChoice(row.to_config(), backend, get_backend(backend))
+
+
+def sub_agent_catalog(config: TarsyConfig, settings: AgentSettings) -> list[AgentConfig]:
+    """The agents ``settings`` may dispatch, in the order configured."""
+    return [config.agents[ref.name] for ref in settings.sub_agents]

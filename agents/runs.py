@@ -1,0 +1,191 @@
+"""One agent execution, start to end: its record, tools, controller and outcome.
+
+Stage agents, parallel agents, synthesis, the executive summary and sub-agents all run
+through ``run_agent``; what differs is the messages they start from and the controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agents.config_types import ChainConfig, TarsyConfig
+from agents.controller import (
+    AgentResult,
+    AgentRun,
+    IteratingController,
+    SingleShotController,
+    SubAgents,
+)
+from agents.masking import mask_text
+from agents.mcp_client import MCPServerError
+from agents.recorder import Recorder, db
+from agents.resolver import ResolvedAgent
+from agents.toolbox import ToolBox
+from llm.types import ConversationMessage
+from sessions import services
+from sessions.models import (
+    AgentExecution,
+    AlertSession,
+    ExecutionStatus,
+    Stage,
+    TimelineEventStatus,
+    TimelineEventType,
+)
+
+logger = logging.getLogger(__name__)
+
+Controller = IteratingController | SingleShotController
+
+
+class RunControl:
+    """The running agents of one session, so that one of them can be stopped alone: a
+    cancel request for a parallel agent or a sub-agent, ``cancel_agent``, a sub-agent's
+    ``agent_timeout``. The stopped agent ends with the status and reason given here."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[int, asyncio.Task[AgentResult]] = {}
+        self._stops: dict[int, tuple[ExecutionStatus, str]] = {}
+
+    def track(self, execution_id: int, task: asyncio.Task[AgentResult]) -> None:
+        self._tasks[execution_id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(execution_id, None))
+
+    def cancel(
+        self,
+        execution_id: int,
+        reason: str,
+        status: ExecutionStatus = ExecutionStatus.CANCELLED,
+    ) -> bool:
+        task = self._tasks.get(execution_id)
+        if task is None or task.done() or execution_id in self._stops:
+            return False
+        self._stops[execution_id] = (status, reason)
+        task.cancel()
+        return True
+
+    def stopped_because(self, execution_id: int) -> tuple[ExecutionStatus, str] | None:
+        return self._stops.get(execution_id)
+
+
+@dataclass
+class SessionRun:
+    """What every step of one session's run shares."""
+
+    session: AlertSession
+    lease: services.Lease
+    config: TarsyConfig
+    chain: ChainConfig
+    control: RunControl = field(default_factory=RunControl)
+    next_stage_index: int = 0
+
+    def stage_index(self) -> int:
+        index = self.next_stage_index
+        self.next_stage_index += 1
+        return index
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one agent execution ended."""
+
+    execution: AgentExecution
+    result: AgentResult
+
+
+async def start_agent(
+    run: SessionRun,
+    *,
+    stage: Stage,
+    agent: ResolvedAgent,
+    agent_index: int,
+    parent: AgentExecution | None = None,
+    task: str = "",
+) -> AgentExecution:
+    """The execution's record; ``run_agent`` then runs it."""
+    return await db(services.execution_start)(
+        lease=run.lease,
+        stage=stage,
+        agent_name=agent.name,
+        agent_index=agent_index,
+        llm_backend=agent.choice.backend,
+        llm_provider=agent.choice.config.name,
+        model_name=agent.choice.config.model,
+        parent_execution=parent,
+        task=task,
+    )
+
+
+async def run_agent(
+    run: SessionRun,
+    execution: AgentExecution,
+    agent: ResolvedAgent,
+    *,
+    messages: Callable[[ResolvedAgent], list[ConversationMessage]],
+    controller: Controller,
+    sub_agents: Callable[[AgentExecution], SubAgents] | None = None,
+) -> Outcome:
+    """Run the execution in a task the session can stop alone, and record how it ended.
+    ``sub_agents`` builds the agent's sub-agent runner, if it dispatches any."""
+    recorder = Recorder(run.session, execution, run.lease)
+    work = asyncio.create_task(
+        _execute(run, agent, recorder, messages, controller, sub_agents),
+        name=f"agent-{execution.id}",
+    )
+    run.control.track(execution.id, work)
+    try:
+        result = await work
+    except asyncio.CancelledError:
+        stopped = run.control.stopped_because(execution.id)
+        if stopped is None:
+            work.cancel()
+            raise  # the whole session is being stopped: not this agent's to record
+        result = AgentResult(stopped[0], error=stopped[1])
+    await db(services.execution_finish)(
+        lease=run.lease,
+        execution=recorder.execution,
+        status=result.status,
+        final_analysis=result.final_analysis,
+        error_message=result.error,
+        iterations=result.iterations,
+    )
+    return Outcome(recorder.execution, result)
+
+
+async def _execute(
+    run: SessionRun,
+    agent: ResolvedAgent,
+    recorder: Recorder,
+    messages: Callable[[ResolvedAgent], list[ConversationMessage]],
+    controller: Controller,
+    sub_agents: Callable[[AgentExecution], SubAgents] | None,
+) -> AgentResult:
+    try:
+        async with ToolBox(agent.servers) as toolbox:
+            runner = sub_agents(recorder.execution) if sub_agents else None
+            try:
+                return await controller.run(
+                    AgentRun(
+                        settings=agent.settings,
+                        choice=agent.choice,
+                        fallbacks=list(agent.fallbacks),
+                        cost=run.config.cost_estimation,
+                        tools=runner.tools(toolbox) if runner else toolbox,
+                        recorder=recorder,
+                        messages=messages(agent),
+                        sub_agents=runner,
+                    )
+                )
+            finally:
+                if runner is not None:
+                    # Sub-agents never outlive the agent that dispatched them.
+                    with contextlib.suppress(Exception):
+                        await runner.cancel_all("the agent that dispatched it has finished")
+    except MCPServerError as exc:
+        # The message quotes the server's stderr, which may hold its configuration.
+        message = mask_text(str(exc))
+        await recorder.add_item(TimelineEventType.ERROR, message, status=TimelineEventStatus.FAILED)
+        return AgentResult(ExecutionStatus.FAILED, error=message)
