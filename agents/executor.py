@@ -39,15 +39,11 @@ LEASE_LOST = "lease_lost"
 
 class _Stop:
     """Why the session's task was cancelled from outside: its lease was lost (write
-    nothing more), or it must be ended now with ``status`` and ``message``."""
+    nothing more), or the keeper has ended it already (``status``)."""
 
     def __init__(self) -> None:
         self.lease_lost = False
         self.status: SessionStatus | None = None
-        self.message = ""
-
-    def end(self, status: SessionStatus, message: str) -> None:
-        self.status, self.message = status, message
 
 
 async def execute_session(
@@ -85,8 +81,7 @@ async def _keep_lease(
     while True:
         await asyncio.sleep(settings.TARSY_LEASE_CHECK_INTERVAL)
         if should_stop is not None and (reason := should_stop()):
-            stop.end(SessionStatus.FAILED, reason)
-            run.cancel()
+            await _stop_now(lease, run, stop, SessionStatus.FAILED, error_message=reason)
             return
         try:
             if time.monotonic() - last_beat >= settings.TARSY_HEARTBEAT_INTERVAL:
@@ -104,11 +99,40 @@ async def _keep_lease(
             logger.warning("session %s: lease check failed: %s", lease.session_id, exc)
             continue
         if state.status == SessionStatus.CANCELLING:
-            stop.end(SessionStatus.CANCELLED, state.cancel_attribution)
-            run.cancel()
+            # Cancelled is not failed: no error item; who and why are on the session.
+            await _stop_now(
+                lease, run, stop, SessionStatus.CANCELLED, close_reason=state.cancel_attribution
+            )
             return
         for execution_id, attribution in state.cancelled_executions:
             control.cancel(execution_id, attribution or "Cancelled")
+
+
+async def _stop_now(
+    lease: services.Lease,
+    run: asyncio.Task[str],
+    stop: _Stop,
+    status: SessionStatus,
+    *,
+    error_message: str = "",
+    close_reason: str = "",
+) -> None:
+    """End the session first, then stop its task: what was streaming keeps its text, the
+    status changes at once (not after MCP servers and streams have shut down), and any
+    write the stopping task still attempts fails on the lease it no longer holds."""
+    try:
+        await db(services.session_end)(
+            lease=lease,
+            status=status,
+            error_message=error_message,
+            explain=bool(error_message),
+            close_reason=close_reason or error_message,
+        )
+    except services.LeaseLost:
+        stop.lease_lost = True
+    else:
+        stop.status = status
+    run.cancel()
 
 
 async def _run_session(lease: services.Lease, stop: _Stop, control: RunControl) -> str:
@@ -127,11 +151,7 @@ async def _run_session(lease: services.Lease, stop: _Stop, control: RunControl) 
                 raise services.LeaseLost(lease) from None
             if stop.status is None:
                 raise  # cancelled by whoever runs us: not ours to record
-            asyncio.current_task().uncancel()
-            if stop.status == SessionStatus.CANCELLED:
-                # Cancelled is not failed: no error item; who and why are on the session.
-                return await _end(lease, stop.status, "", reason=stop.message, explain=False)
-            return await _end(lease, stop.status, stop.message)
+            return stop.status  # the keeper has ended the session already
         except StageFailed as failure:
             return await _end(lease, SessionStatus.FAILED, str(failure), explain=False)
         except SessionFailure as failure:
@@ -151,6 +171,8 @@ async def _run_session(lease: services.Lease, stop: _Stop, control: RunControl) 
         )
         return SessionStatus.COMPLETED
     except services.LeaseLost:
+        if stop.status is not None:
+            return stop.status  # ended by the keeper while a write was in flight
         # Reaped, timed out or cancelled elsewhere: whoever took the lease has written
         # the ending. Write nothing, stop.
         logger.warning("session %s: lease lost; this worker stops here", lease.session_id)
@@ -158,19 +180,10 @@ async def _run_session(lease: services.Lease, stop: _Stop, control: RunControl) 
 
 
 async def _end(
-    lease: services.Lease,
-    status: SessionStatus,
-    message: str,
-    *,
-    explain: bool = True,
-    reason: str = "",
+    lease: services.Lease, status: SessionStatus, message: str, *, explain: bool = True
 ) -> str:
     await db(services.session_end)(
-        lease=lease,
-        status=status,
-        error_message=message,
-        explain=explain,
-        close_reason=reason or message,
+        lease=lease, status=status, error_message=message, explain=explain
     )
     return status
 

@@ -105,10 +105,11 @@ async def run_stage(run: SessionRun, stage_config: StageConfig, previous: str) -
     except BaseExceptionGroup as failures:
         raise _first_cause(failures) from None
     outcomes = [task.result() for task in tasks]
-    findings = [_finding(stage_config.name, outcome) for outcome in outcomes]
+    numbered = stage_config.replicas > 1
+    findings = [_finding(stage_config.name, outcome, numbered) for outcome in outcomes]
     succeeded = [o for o in outcomes if o.result.status == ExecutionStatus.COMPLETED]
     ok = len(succeeded) == len(outcomes) if policy == "all" else bool(succeeded)
-    error = "" if ok else _stage_error(outcomes, policy if parallel else "")
+    error = "" if ok else _stage_error(findings, policy if parallel else "")
     await db(services.stage_finish)(
         lease=run.lease,
         stage=stage,
@@ -268,27 +269,25 @@ def _controller(settings: AgentSettings) -> IteratingController | SingleShotCont
     return SingleShotController(thinking_fallback=settings.type == "synthesis")
 
 
-def _finding(stage: str, outcome: Outcome) -> Finding:
+def _finding(stage: str, outcome: Outcome, numbered: bool) -> Finding:
+    """``numbered``: replicas share a name, so each is told apart by its index."""
     result = outcome.result
     completed = result.status == ExecutionStatus.COMPLETED
+    execution = outcome.execution
     return Finding(
         stage=stage,
-        agent=f"{outcome.execution.agent_name} #{outcome.execution.agent_index}"
-        if outcome.execution.agent_index > 1
-        else outcome.execution.agent_name,
+        agent=f"{execution.agent_name} #{execution.agent_index}"
+        if numbered
+        else execution.agent_name,
         status=str(result.status),
         text=result.final_analysis if completed else result.error or str(result.status),
     )
 
 
-def _stage_error(outcomes: list[Outcome], policy: str) -> str:
-    failures = [
-        f"{o.execution.agent_name} #{o.execution.agent_index}: {o.result.error or o.result.status}"
-        for o in outcomes
-        if o.result.status != ExecutionStatus.COMPLETED
-    ]
+def _stage_error(findings: list[Finding], policy: str) -> str:
+    failures = [f"{f.agent}: {f.text}" for f in findings if f.status != ExecutionStatus.COMPLETED]
     if not policy:
-        return outcomes[0].result.error
+        return findings[0].text
     need = "every agent" if policy == "all" else "at least one agent"
     return f"success policy '{policy}' needs {need} to succeed; " + "; ".join(failures)
 

@@ -144,6 +144,9 @@ class SubAgentRunner:
         self._first_dispatch = self._first_dispatch or self._clock()
         execution_id, run = await self._start(name, task.strip())
         work = asyncio.ensure_future(run)
+        # One step of the loop lets the run register with RunControl (it does so before
+        # its first await), so that it can be stopped from now on.
+        await asyncio.sleep(0)
         self._children[execution_id] = _Child(execution_id, name, work)
         if timeout := self.guardrails.agent_timeout:
             # Through the same stop as a cancel, so the sub-agent ends timed_out, recorded.

@@ -283,6 +283,7 @@ def _synthesis(findings: str) -> ScriptTurn:
 
 def _summary(analysis: str) -> ScriptTurn:
     summary = _first_line(_section(analysis, "Summary") or _section(analysis, "Merged analysis"))
+    summary = re.sub(r"^\**[\w .#-]+\*\*:\s*", "", summary)  # "**WorkloadAgent**: …"
     cause = _first_line(_section(analysis, "Root cause") or "")
     fix = _first_line(_section(analysis, "Recommended fix") or "").split(". ")[0]
     sentences = [s for s in (summary, f"The root cause: {cause}" if cause else "", fix) if s]
@@ -296,8 +297,9 @@ def _section(text: str, heading: str) -> str:
 
 
 def _first_line(text: str) -> str:
+    """The first line that says something (not a heading)."""
     for line in text.splitlines():
         line = line.strip().lstrip("-* ").strip()
-        if line:
+        if line and not line.startswith("#"):
             return line
     return ""

@@ -17,7 +17,7 @@ from agents.config import get_config
 from sessions import selectors, services
 from sessions.auth import api_view
 from sessions.intake import ALLOWED_FIELDS, AlertRejected, read_json_body, validate_alert
-from sessions.models import AlertSession, SessionStatus, TimelineEvent
+from sessions.models import AgentExecution, AlertSession, SessionStatus, TimelineEvent
 from sessions.relay import relay_health
 from sessions.supervision import cluster_silence_limit
 
@@ -62,6 +62,79 @@ def alert_create(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"session_id": str(session.id), "status": "queued"}, status=202)
 
 
+@api_view
+@require_POST
+def session_cancel(request: HttpRequest, session_id) -> JsonResponse:
+    """TARSy's route. A pending session is cancelled at once; a running one becomes
+    ``cancelling`` and its worker stops it within about a second. 409 once it has ended."""
+    session = get_object_or_404(AlertSession, id=session_id)
+    try:
+        reason = _cancel_reason(request)
+        status = services.session_cancel(
+            session_id=session.id, by=request.user.get_username(), reason=reason
+        )
+    except AlertRejected as rejected:
+        return _error(str(rejected), rejected.status)
+    except services.NotCancellable as exc:
+        return _error(str(exc), 409)
+    return JsonResponse(
+        {
+            "session_id": str(session.id),
+            "status": status,
+            "message": "Session cancelled"
+            if status == SessionStatus.CANCELLED
+            else "Session cancellation requested",
+        }
+    )
+
+
+@api_view
+@require_POST
+def execution_cancel(request: HttpRequest, session_id, execution_id: int) -> JsonResponse:
+    """Stop one agent — one of a parallel stage's, or a sub-agent; the session goes on and
+    the stage's success policy decides."""
+    get_object_or_404(AgentExecution, id=execution_id, session_id=session_id)
+    try:
+        reason = _cancel_reason(request)
+        services.execution_cancel(
+            session_id=session_id,
+            execution_id=execution_id,
+            by=request.user.get_username(),
+            reason=reason,
+        )
+    except AlertRejected as rejected:
+        return _error(str(rejected), rejected.status)
+    except services.NotCancellable as exc:
+        return _error(str(exc), 409)
+    return JsonResponse(
+        {
+            "session_id": str(session_id),
+            "execution_id": execution_id,
+            "status": "cancelling",
+            "message": "Agent cancellation requested",
+        }
+    )
+
+
+def _cancel_reason(request: HttpRequest) -> str:
+    """The optional ``{"reason"}`` body: trimmed, at most 500 characters."""
+    if not request.body.strip():
+        return ""
+    body = read_json_body(request.body)
+    unknown = set(body) - {"reason"}
+    if unknown:
+        raise AlertRejected(f"unknown field(s): {', '.join(sorted(unknown))}; allowed: reason")
+    reason = body.get("reason") or ""
+    if not isinstance(reason, str):
+        raise AlertRejected("'reason' must be a string")
+    reason = reason.strip()
+    if len(reason) > services.CANCEL_REASON_LIMIT:
+        raise AlertRejected(
+            f"'reason' is {len(reason)} characters; the limit is {services.CANCEL_REASON_LIMIT}"
+        )
+    return reason
+
+
 def session_json(session: AlertSession) -> dict[str, Any]:
     return {
         "session_id": str(session.id),
@@ -74,6 +147,10 @@ def session_json(session: AlertSession) -> dict[str, Any]:
         "completed_at": session.completed_at.isoformat() if session.completed_at else None,
         "duration_seconds": session.duration_seconds,
         "error_message": session.error_message,
+        "executive_summary": session.executive_summary,
+        "executive_summary_error": session.executive_summary_error,
+        "cancelled_by": session.cancelled_by or None,
+        "cancel_reason": session.cancel_reason or None,
     }
 
 
@@ -147,12 +224,20 @@ def session_detail(request: HttpRequest, session_id) -> JsonResponse:
                 "stage_id": stage.id,
                 "name": stage.name,
                 "index": stage.index,
+                "stage_type": stage.stage_type,
+                "parallel_type": stage.parallel_type or None,
+                "success_policy": stage.success_policy or None,
+                "expected_agent_count": stage.expected_agent_count,
                 "status": stage.status,
                 "executions": [
                     {
                         "execution_id": execution.id,
                         "agent_name": execution.agent_name,
+                        "agent_index": execution.agent_index,
+                        "parent_execution_id": execution.parent_execution_id,
+                        "task": execution.task,
                         "status": execution.status,
+                        "error_message": execution.error_message,
                         "llm_provider": execution.llm_provider,
                         "llm_backend": execution.llm_backend,
                         "model_name": execution.model_name,

@@ -20,7 +20,7 @@ from django.conf import settings
 
 from sessions import live, selectors
 from sessions.auth import user_still_allowed
-from sessions.models import AlertSession, SessionEventType
+from sessions.models import AgentExecution, AlertSession, ExecutionStatus, SessionEventType, Stage
 from sessions.relay import LIST_GROUP, ensure_relay_running, event_message, session_group
 
 logger = logging.getLogger(__name__)
@@ -139,15 +139,31 @@ class SessionConsumer(_LiveConsumer):
         return await sync_to_async(load)()
 
     async def render(self, event: dict[str, Any]) -> str:
-        if event["type"] != SessionEventType.SESSION_STATUS:
-            return live.session_fragments(event, None)
+        return await sync_to_async(self._render)(event)
 
-        def load() -> tuple[AlertSession, dict[str, Any]]:
+    def _render(self, event: dict[str, Any]) -> str:
+        kind, payload = event["type"], event["payload"]
+        if kind == SessionEventType.SESSION_STATUS:
             session = AlertSession.objects.get(id=self.session_id)
-            return session, selectors.session_usage(session)
-
-        session, usage = await sync_to_async(load)()
-        return live.session_fragments(event, session, usage)
+            return live.session_fragments(event, session, selectors.session_usage(session))
+        if kind == SessionEventType.STAGE_STATUS:
+            stage = Stage.objects.filter(id=payload["stage_id"]).first()
+            if stage is None:
+                return ""
+            return live.stage_fragment(stage, created=payload["status"] == ExecutionStatus.ACTIVE)
+        if kind == SessionEventType.EXECUTION_STATUS:
+            execution = (
+                AgentExecution.objects.select_related("stage")
+                .filter(id=payload["execution_id"])
+                .first()
+            )
+            if execution is None:
+                return ""
+            created = payload["status"] == ExecutionStatus.ACTIVE and not payload.get(
+                "cancel_requested"
+            )
+            return live.execution_fragment(execution, created=created)
+        return live.session_fragments(event, None)
 
 
 class SessionListConsumer(_LiveConsumer):

@@ -15,9 +15,17 @@ from typing import Any
 from django.template.loader import render_to_string
 from django.utils.html import escape
 
-from sessions.models import AlertSession, SessionEventType
+from sessions.models import (
+    AgentExecution,
+    AlertSession,
+    ExecutionStatus,
+    SessionEventType,
+    Stage,
+)
 
 SESSION_STATUS = SessionEventType.SESSION_STATUS
+STAGE_STATUS = SessionEventType.STAGE_STATUS
+EXECUTION_STATUS = SessionEventType.EXECUTION_STATUS
 STREAM_CHUNK = SessionEventType.STREAM_CHUNK
 TIMELINE_CREATED = SessionEventType.TIMELINE_CREATED
 TIMELINE_COMPLETED = SessionEventType.TIMELINE_COMPLETED
@@ -35,12 +43,19 @@ class TimelineItem:
     content: str
     metadata: dict[str, Any] = field(default_factory=dict)
     sequence_number: int = 0
+    execution_id: int | None = None
 
     @classmethod
     def from_model(cls, event, streamed: str = "") -> TimelineItem:
         content = streamed if event.status == "streaming" else event.content
         return cls(
-            event.id, event.event_type, event.status, content, event.metadata, event.sequence_number
+            event.id,
+            event.event_type,
+            event.status,
+            content,
+            event.metadata,
+            event.sequence_number,
+            event.execution_id,
         )
 
     @classmethod
@@ -52,15 +67,85 @@ class TimelineItem:
             payload.get("content", ""),
             payload.get("metadata") or {},
             payload.get("sequence_number", 0),
+            payload.get("execution_id"),
         )
 
     @property
     def is_streaming(self) -> bool:
         return self.status == "streaming"
 
+    @property
+    def container(self) -> str:
+        """Where the page keeps this item: its agent's card, or the session's own list."""
+        if self.execution_id is None:
+            return "#session-items"
+        return f"#execution-{self.execution_id}-items"
+
+
+@dataclass
+class ExecutionNode:
+    """An agent's card: its items, and the sub-agents it dispatched."""
+
+    execution: AgentExecution
+    items: list[TimelineItem] = field(default_factory=list)
+    children: list[ExecutionNode] = field(default_factory=list)
+
+
+@dataclass
+class StageNode:
+    stage: Stage
+    executions: list[ExecutionNode] = field(default_factory=list)
+
+
+def session_tree(
+    stages: list[Stage], executions: list[AgentExecution], items: list[TimelineItem]
+) -> tuple[list[StageNode], list[TimelineItem]]:
+    """Stages in order, each with its agents (sub-agents nested under the agent that
+    dispatched them), each with its items; and the items of the session itself."""
+    nodes = {e.id: ExecutionNode(e) for e in executions}
+    loose = []
+    for item in items:
+        node = nodes.get(item.execution_id) if item.execution_id else None
+        (node.items if node else loose).append(item)
+    by_stage = {stage.id: StageNode(stage) for stage in stages}
+    for execution in executions:
+        node = nodes[execution.id]
+        if execution.parent_execution_id in nodes:
+            nodes[execution.parent_execution_id].children.append(node)
+        elif execution.stage_id in by_stage:
+            by_stage[execution.stage_id].executions.append(node)
+    return [by_stage[stage.id] for stage in stages], loose
+
+
+def cancellable(execution: AgentExecution) -> bool:
+    """Whether the page offers to stop this agent alone: one of a parallel stage's agents
+    or a sub-agent, still running, not already asked to stop."""
+    return (
+        execution.status in (ExecutionStatus.PENDING, ExecutionStatus.ACTIVE)
+        and execution.cancel_requested_at is None
+        and (execution.parent_execution_id is not None or bool(execution.stage.parallel_type))
+    )
+
 
 def render_item(item: TimelineItem, *, live: bool = False) -> str:
     return render_to_string("sessions/partials/_timeline_item.html", {"item": item, "live": live})
+
+
+def stage_fragment(stage: Stage, *, created: bool) -> str:
+    """A new stage's (empty) section, or the header of one the page already has."""
+    template = "_stage.html" if created else "_stage_header.html"
+    return render_to_string(
+        f"sessions/partials/{template}", {"stage": stage, "executions": [], "live": True}
+    )
+
+
+def execution_fragment(execution: AgentExecution, *, created: bool) -> str:
+    """A new agent's (empty) card, or the header of one the page already has."""
+    template = "_execution.html" if created else "_execution_header.html"
+    return render_to_string(
+        f"sessions/partials/{template}",
+        {"node": ExecutionNode(execution), "execution": execution, "live": True},
+    )
 
 
 def cursor_fragment(event_id: int) -> str:
@@ -85,7 +170,7 @@ def session_fragments(
             "sessions/partials/_session_header.html",
             {"session": session, "usage": usage, "live": True},
         )
-    return ""  # stage.status and anything newer: nothing on the page shows it yet
+    return ""  # stage and execution events are rendered from their rows (consumers.py)
 
 
 def list_fragment(session: AlertSession) -> str:

@@ -13,10 +13,12 @@ from django.utils import timezone
 
 from sessions.models import (
     RUNNING_SESSION_STATUSES,
+    AgentExecution,
     AlertSession,
     SessionEvent,
     SessionEventType,
     SessionStatus,
+    Stage,
     TimelineEvent,
     WorkerCluster,
 )
@@ -74,6 +76,14 @@ def active_sessions() -> QuerySet[AlertSession]:
     return AlertSession.objects.filter(
         status__in=[SessionStatus.PENDING, SessionStatus.IN_PROGRESS, SessionStatus.CANCELLING]
     )
+
+
+def session_stages(session: AlertSession) -> list[Stage]:
+    return list(session.stages.order_by("index", "id"))
+
+
+def session_executions(session: AlertSession) -> list[AgentExecution]:
+    return list(session.executions.select_related("stage").order_by("stage__index", "id"))
 
 
 def session_timeline(session: AlertSession) -> list[TimelineEvent]:

@@ -10,6 +10,12 @@ urlpatterns = [
     path("", views.session_list, name="list"),
     path("sessions/new/", views.session_new, name="new"),
     path("sessions/<uuid:session_id>/", views.session_detail, name="detail"),
+    path("sessions/<uuid:session_id>/cancel/", views.session_cancel, name="cancel"),
+    path(
+        "sessions/<uuid:session_id>/executions/<int:execution_id>/cancel/",
+        views.execution_cancel,
+        name="cancel-execution",
+    ),
 ]
 
 api_urlpatterns = [
@@ -17,5 +23,11 @@ api_urlpatterns = [
     path("sessions", api.session_list, name="api-session-list"),
     path("sessions/<uuid:session_id>", api.session_detail, name="api-session-detail"),
     path("sessions/<uuid:session_id>/timeline", api.session_timeline, name="api-session-timeline"),
+    path("sessions/<uuid:session_id>/cancel", api.session_cancel, name="api-session-cancel"),
+    path(
+        "sessions/<uuid:session_id>/executions/<int:execution_id>/cancel",
+        api.execution_cancel,
+        name="api-execution-cancel",
+    ),
     path("health", api.health, name="api-health"),
 ]

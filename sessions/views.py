@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 
 from sessions import selectors, services
 from sessions.forms import AlertForm
-from sessions.live import TimelineItem
-from sessions.models import AlertSession, TimelineEventStatus
+from sessions.live import TimelineItem, session_tree
+from sessions.models import AgentExecution, AlertSession, TimelineEventStatus
 
 
 def session_list(request: HttpRequest) -> HttpResponse:
@@ -46,16 +46,50 @@ def session_detail(request: HttpRequest, session_id) -> HttpResponse:
     streaming = [e.id for e in timeline if e.status == TimelineEventStatus.STREAMING]
     streamed = selectors.streamed_text(streaming, up_to_event_id=cursor)
     items = [TimelineItem.from_model(e, streamed.get(e.id, "")) for e in timeline]
-    executions = list(session.executions.all())
+    executions = selectors.session_executions(session)
+    stages, loose_items = session_tree(selectors.session_stages(session), executions, items)
     return render(
         request,
         "sessions/detail.html",
         {
             "session": session,
-            "items": items,
+            "stages": stages,
+            "loose_items": loose_items,
             "cursor": cursor,
-            "executions": executions,
             "usage": selectors.session_usage(session),
             "uses_demo_provider": any(e.llm_backend == "scripted" for e in executions),
         },
     )
+
+
+@require_POST
+def session_cancel(request: HttpRequest, session_id) -> HttpResponse:
+    session = get_object_or_404(AlertSession, id=session_id)
+    reason = request.POST.get("reason", "").strip()[: services.CANCEL_REASON_LIMIT]
+    try:
+        services.session_cancel(
+            session_id=session.id, by=request.user.get_username(), reason=reason
+        )
+    except services.NotCancellable as exc:
+        return _after_cancel(request, session.id, str(exc), status=409)
+    return _after_cancel(request, session.id)
+
+
+@require_POST
+def execution_cancel(request: HttpRequest, session_id, execution_id: int) -> HttpResponse:
+    get_object_or_404(AgentExecution, id=execution_id, session_id=session_id)
+    try:
+        services.execution_cancel(
+            session_id=session_id, execution_id=execution_id, by=request.user.get_username()
+        )
+    except services.NotCancellable as exc:
+        return _after_cancel(request, session_id, str(exc), status=409)
+    return _after_cancel(request, session_id)
+
+
+def _after_cancel(request: HttpRequest, session_id, problem: str = "", status: int = 200):
+    """htmx: nothing to swap, the live socket shows what happens; a plain form: back to
+    the session page."""
+    if request.htmx:
+        return HttpResponse(problem, status=status)
+    return redirect("sessions:detail", session_id=session_id)

@@ -16,6 +16,14 @@ from sessions.models import AlertSession, SessionStatus
 from sessions.services import Lease
 
 
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite the golden files of the chain scenarios (tests/agents/golden/)",
+    )
+
+
 def running_session(**fields) -> tuple[AlertSession, Lease]:
     """A session some worker is running, and that worker's lease (no task, no queue)."""
     token = uuid.uuid4()

@@ -202,7 +202,8 @@ class DemoCluster:
         return f"{self._age(last)} (x{count} over {self._age(first)})"
 
 
-def create_server(data_dir: Path = DATA_DIR) -> MCPServer:
+def create_server(data_dir: Path = DATA_DIR, tools: set[str] | None = None) -> MCPServer:
+    """``tools``: serve only these (the "deep" demo gives each of its agents a part)."""
     cluster = DemoCluster(data_dir)
     instructions = (
         f"{INSTRUCTIONS} Cluster {cluster.name}; the snapshot was taken at "
@@ -212,6 +213,8 @@ def create_server(data_dir: Path = DATA_DIR) -> MCPServer:
     server = MCPServer("kubernetes-demo", instructions=instructions, log_level="WARNING")
 
     def tool(fn: Callable[..., str]) -> Callable[..., str]:
+        if tools is not None and fn.__name__ not in tools:
+            return fn
         # The SDK sends docstrings verbatim; the LLM should not read our line breaks and indents.
         # structured_output=False: the text is the answer; a {"result": ...} copy would double it.
         server.add_tool(

@@ -25,6 +25,7 @@ from sessions.services.leases import (
     session_lease_status,
 )
 from sessions.services.lifecycle import (
+    CANCEL_REASON_LIMIT,
     Claim,
     NotCancellable,
     execution_cancel,
@@ -60,6 +61,7 @@ from sessions.services.records import (
 )
 
 __all__ = [
+    "CANCEL_REASON_LIMIT",
     "Claim",
     "Lease",
     "LeaseLost",

@@ -31,6 +31,7 @@ from sessions.services.records import (
     close_open_items,
     execution_close,
     item_create,
+    publish_execution_status,
     stage_close,
 )
 
@@ -146,6 +147,9 @@ def session_end(
         transaction.on_commit(sessions_dispatch_waiting)
 
 
+CANCEL_REASON_LIMIT = 500  # characters; TARSy users know this cap
+
+
 class NotCancellable(Exception):
     """The session (or execution) has already ended; the message says how."""
 
@@ -194,6 +198,7 @@ def execution_cancel(
         if execution.cancel_requested_at is not None:
             raise NotCancellable("this agent is already being cancelled")
         raise NotCancellable(f"this agent has already ended ({execution.status})")
+    publish_execution_status(execution, cancel_requested=True)
     return execution
 
 

@@ -116,11 +116,11 @@ def execution_start(
             model_name=model_name,
             started_at=timezone.now(),
         )
-        _publish_execution_status(execution)
+        publish_execution_status(execution)
     return execution
 
 
-def _publish_execution_status(execution: AgentExecution) -> None:
+def publish_execution_status(execution: AgentExecution, *, cancel_requested: bool = False) -> None:
     event_publish(
         session_id=execution.session_id,
         type=SessionEventType.EXECUTION_STATUS,
@@ -132,6 +132,8 @@ def _publish_execution_status(execution: AgentExecution) -> None:
             "agent_index": execution.agent_index,
             "status": execution.status,
             "error_message": execution.error_message,
+            # A header update only: someone asked this agent to stop.
+            "cancel_requested": cancel_requested,
         },
     )
 
@@ -213,7 +215,7 @@ def execution_close(
     execution.save(
         update_fields=["status", "final_analysis", "error_message", "iterations", "completed_at"]
     )
-    _publish_execution_status(execution)
+    publish_execution_status(execution)
 
 
 def close_open_items(

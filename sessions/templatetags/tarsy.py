@@ -24,3 +24,10 @@ def status_class(status: str) -> str:
         "timed_out": "bad",
         "cancelled": "muted",
     }.get(status, "muted")
+
+
+@register.filter
+def cancellable(execution) -> bool:
+    from sessions.live import cancellable as offers_cancel
+
+    return offers_cancel(execution)

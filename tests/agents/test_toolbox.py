@@ -62,7 +62,19 @@ def test_warming_fills_the_catalog_for_each_agents_servers():
     from agents.toolbox import _fingerprint, agent_servers, warm_catalog
 
     config = load_config(Path(__file__).parents[2] / "agents" / "tarsy.yaml")
-    [servers] = agent_servers(config)
-    assert list(servers) == ["kubernetes"]
+    sets = agent_servers(config)
+    assert sorted(list(servers) for servers in sets) == [["changes"], ["kubernetes"], ["workloads"]]
     warm_catalog(config)
-    assert "kubernetes.get_pods" in [t.name for t in toolbox._CATALOG[_fingerprint(servers)]]
+    tools = {
+        s: [t.name for t in toolbox._CATALOG[_fingerprint(servers)]]
+        for servers in sets
+        for s in servers
+    }
+    assert "kubernetes.get_pods" in tools["kubernetes"]
+    # The deep demo's agents each see their part of the demo cluster only.
+    assert sorted(tools["workloads"]) == [
+        "workloads.describe_pod",
+        "workloads.get_pod_logs",
+        "workloads.get_pods",
+    ]
+    assert sorted(tools["changes"]) == ["changes.get_deployments", "changes.get_events"]

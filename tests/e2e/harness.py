@@ -141,6 +141,17 @@ class Deployment:
         return "\n".join(out)
 
 
+def demo_provider(chunk_delay: float = 0.04) -> dict:
+    """The scripted demo provider (investigates the bundled demo cluster), as a row."""
+    return {
+        "name": "demo",
+        "type": "scripted",
+        "model": "demo-investigator",
+        "options": {"script": "demo", "chunk_delay": chunk_delay},
+        "is_default": True,
+    }
+
+
 def _provider_setup_code(provider: dict) -> str:
     return (
         "import json\nfrom django.contrib.auth import get_user_model\n"

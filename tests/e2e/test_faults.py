@@ -94,10 +94,11 @@ def assert_each_ran_once_and_nothing_came_after_its_end(tarsy: Deployment) -> No
         ]
         assert len(ends) == 1, (session_id, statuses_seen)
         assert ends[0] == len(log) - 1, (session_id, log[ends[0] :])  # nothing after its end
+    # Each stage of a session ran once (a second run would repeat the investigation).
     stages = tarsy.query(
-        "SELECT session_id, COUNT(*) FROM alert_sessions_stage GROUP BY session_id"
+        "SELECT session_id, name, COUNT(*) FROM alert_sessions_stage GROUP BY session_id, name"
     )
-    assert all(count == 1 for _, count in stages)
+    assert all(count == 1 for _, _, count in stages), stages
 
 
 def test_the_whole_cluster_killed_and_restarted_loses_no_session(tmp_path):

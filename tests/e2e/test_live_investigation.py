@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.harness import deployment, launch_browser, log_in
+from tests.e2e.harness import demo_provider, deployment, launch_browser, log_in
 
 pytestmark = pytest.mark.e2e
 
-DEMO_PROVIDER = {
-    "name": "demo",
-    "type": "scripted",
-    "model": "demo-investigator",
-    "options": {"script": "demo", "chunk_delay": 0.04},
-    "is_default": True,
-}
+DEMO_PROVIDER = demo_provider(chunk_delay=0.04)
 
 ALERT = """alert: PodCrashLooping
 namespace: payments

@@ -93,7 +93,7 @@ def test_unknown_alert_type_lists_the_known_ones(client, api_token):
     body = response.json()
     assert "unknown alert_type 'nope'" in body["error"]
     assert "kubernetes" in body["error"]
-    assert body["known_alert_types"] == ["PodCrashLooping", "kubernetes"]
+    assert body["known_alert_types"] == ["DeepInvestigation", "PodCrashLooping", "kubernetes"]
 
 
 def test_json_object_data_is_stored_as_readable_text(client, api_token):

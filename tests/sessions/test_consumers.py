@@ -167,3 +167,48 @@ async def test_an_unknown_session_is_refused(user):
     connected, code = await communicator.connect()
     assert not connected
     assert code == 4404
+
+
+async def test_stages_and_agents_arrive_as_sections_cards_and_header_updates(user):
+    session = await sync_to_async(make_session)()
+    lease = Lease(session.id, session.lease_token)
+    communicator = await connect(user, f"/ws/sessions/{session.id}/")
+    await communicator.send_json_to({"action": "subscribe", "last_event_id": 0})
+    assert await receive_until_quiet(communicator) == []
+
+    stage = await sync_to_async(services.stage_start)(
+        lease=lease,
+        name="investigation",
+        index=0,
+        parallel_type="multi_agent",
+        expected_agent_count=2,
+    )
+    execution = await sync_to_async(services.execution_start)(
+        lease=lease,
+        stage=stage,
+        agent_name="LogAgent",
+        agent_index=1,
+        llm_backend="scripted",
+        llm_provider="p",
+        model_name="m",
+    )
+    item = await sync_to_async(services.timeline_event_add)(
+        lease=lease, execution=execution, event_type=TimelineEventType.LLM_RESPONSE, content="hi"
+    )
+    await sync_to_async(services.execution_finish)(
+        lease=lease, execution=execution, status="completed", final_analysis="done"
+    )
+    new_stage, new_card, new_item, card_header = await receive_until_quiet(communicator, 1)
+    await communicator.disconnect()
+
+    assert f'id="stage-{stage.id}"' in new_stage
+    assert 'data-upsert-into="#stages"' in new_stage
+    assert "2 agents in parallel" in new_stage
+    assert f'id="execution-{execution.id}"' in new_card
+    assert f'data-upsert-into="#stage-{stage.id}-executions"' in new_card
+    assert f'data-upsert-into="#execution-{execution.id}-items"' in new_item
+    assert f'id="item-{item.id}"' in new_item
+    # A finished agent updates its header only: its items stay where they are.
+    assert f'id="execution-{execution.id}-header"' in card_header
+    assert f'id="execution-{execution.id}-items"' not in card_header
+    assert 'data-status="completed"' in card_header
