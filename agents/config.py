@@ -23,13 +23,17 @@ from agents.config_types import (
     INVESTIGATION,
     ITERATING_TYPES,
     SCORING,
+    SESSION_ID_PLACEHOLDER,
     SUCCESS_POLICIES,
     SYNTHESIS,
     AgentConfig,
     ChainConfig,
     CostEstimation,
+    CustomPattern,
+    DataMasking,
     Defaults,
     FallbackProvider,
+    HttpTransport,
     MCPServerConfig,
     ModelRate,
     OrchestratorConfig,
@@ -37,9 +41,11 @@ from agents.config_types import (
     StageConfig,
     StdioTransport,
     SubAgentRef,
+    Summarization,
     SynthesisConfig,
     TarsyConfig,
 )
+from agents.masking.patterns import KNOWN_PATTERNS, PATTERN_GROUPS
 from agents.prompts import EXEC_SUMMARY_INSTRUCTIONS, SYNTHESIS_INSTRUCTIONS
 from llm.types import NATIVE_TOOLS
 
@@ -76,7 +82,9 @@ DEFAULTS_KEYS = {
     "fallback_providers",
     "success_policy",
     "orchestrator",
+    "summarization",
 }
+DEFAULT_SUMMARIZATION_KEYS = {"llm_provider", "llm_backend"}
 ORCHESTRATOR_KEYS = {"max_concurrent_agents", "agent_timeout", "max_budget"}
 SYNTHESIS_KEYS = {"agent", "llm_provider", "llm_backend"}
 SUB_AGENT_KEYS = {"name", "max_iterations"}
@@ -84,9 +92,26 @@ SYSTEM_KEYS = {"cost_estimation"}
 COST_KEYS = {"enabled", "model_rates"}
 RATE_KEYS = {"input_per_million", "output_per_million"}
 FALLBACK_KEYS = {"provider", "backend"}
-MCP_SERVER_KEYS = {"transport", "instructions"}
-TRANSPORT_KEYS = {"type", "command", "args", "env"}
-TRANSPORT_TYPES = ("stdio",)
+MCP_SERVER_KEYS = {
+    "transport",
+    "instructions",
+    "init_timeout",
+    "call_timeout",
+    "data_masking",
+    "summarization",
+}
+STDIO_KEYS = {"type", "command", "args", "env"}
+HTTP_KEYS = {"type", "url", "bearer_token_env", "headers", "verify_ssl", "timeout"}
+TRANSPORT_TYPES = ("stdio", "http", "sse")
+MASKING_KEYS = {"enabled", "pattern_groups", "patterns", "custom_patterns"}
+CUSTOM_PATTERN_KEYS = {"pattern", "replacement", "description"}
+SUMMARIZATION_KEYS = {
+    "enabled",
+    "size_threshold_tokens",
+    "summary_max_token_limit",
+    "llm_provider",
+    "llm_backend",
+}
 AGENT_KEYS = {
     "type",
     "description",
@@ -186,6 +211,21 @@ def validate_references(
             check(f"{item}.provider", fallback.provider, f"{item}.backend", fallback.backend)
 
     check_level("defaults", config.defaults)
+    check(
+        "defaults.summarization.llm_provider",
+        config.defaults.summarization_provider,
+        "defaults.summarization.llm_backend",
+        config.defaults.summarization_backend,
+    )
+    for server in config.mcp_servers.values():
+        key = f"mcp_servers.{server.id}.summarization"
+        summarization = server.summarization
+        check(
+            f"{key}.llm_provider",
+            summarization.llm_provider,
+            f"{key}.llm_backend",
+            summarization.llm_backend,
+        )
     for agent in config.agents.values():
         check_level(f"agents.{agent.name}", agent)
     for chain in config.chains.values():
@@ -245,11 +285,13 @@ class _Parser:
             raise self.error(key, f"expected a string, got {type(value).__name__}")
         return self.expand(value, key)
 
-    def expand(self, value: str, key: str) -> str:
+    def expand(self, value: str, key: str, *, keep_session_id: bool = False) -> str:
         def replace(match: re.Match[str]) -> str:
             name = match.group(1)
             if name == "PYTHON":
                 return sys.executable
+            if name == "SESSION_ID" and keep_session_id:
+                return SESSION_ID_PLACEHOLDER  # filled in per agent execution
             if name not in os.environ:
                 raise self.error(key, f"environment variable {name} is not set")
             return os.environ[name]
@@ -341,31 +383,121 @@ class _Parser:
             if server_id == ORCHESTRATOR_SERVER:
                 raise self.error(key, f"{server_id!r} is reserved for sub-agent dispatch tools")
             body = self.mapping(body, key, MCP_SERVER_KEYS)
-            transport = self.mapping(body.get("transport"), f"{key}.transport", TRANSPORT_KEYS)
-            kind = transport.get("type", "stdio")
-            if kind not in TRANSPORT_TYPES:
-                raise self.error(
-                    f"{key}.transport.type",
-                    f"unsupported transport {kind!r}; allowed: {', '.join(TRANSPORT_TYPES)}",
-                )
-            env = transport.get("env") or {}
-            if not isinstance(env, dict):
-                raise self.error(f"{key}.transport.env", "expected a mapping of names to values")
             servers[server_id] = MCPServerConfig(
                 id=server_id,
-                transport=StdioTransport(
-                    command=self.string(
-                        transport.get("command"), f"{key}.transport.command", required=True
-                    ),
-                    args=self.string_list(transport.get("args"), f"{key}.transport.args") or (),
-                    env={
-                        str(name): self.expand(str(value), f"{key}.transport.env.{name}")
-                        for name, value in env.items()
-                    },
-                ),
+                transport=self.transport(body.get("transport"), f"{key}.transport"),
                 instructions=self.string(body.get("instructions"), f"{key}.instructions") or "",
+                init_timeout=self.duration(body.get("init_timeout"), f"{key}.init_timeout") or 30.0,
+                call_timeout=self.duration(body.get("call_timeout"), f"{key}.call_timeout") or 90.0,
+                data_masking=self.data_masking(body.get("data_masking"), f"{key}.data_masking"),
+                summarization=self.summarization(body.get("summarization"), f"{key}.summarization"),
             )
         return servers
+
+    def transport(self, raw: Any, key: str) -> StdioTransport | HttpTransport:
+        kind = raw.get("type", "stdio") if isinstance(raw, dict) else "stdio"
+        if kind not in TRANSPORT_TYPES:
+            raise self.error(
+                f"{key}.type",
+                f"unsupported transport {kind!r}; allowed: {', '.join(TRANSPORT_TYPES)}",
+            )
+        if kind == "stdio":
+            body = self.mapping(raw, key, STDIO_KEYS)
+            env = body.get("env") or {}
+            if not isinstance(env, dict):
+                raise self.error(f"{key}.env", "expected a mapping of names to values")
+            return StdioTransport(
+                command=self.string(body.get("command"), f"{key}.command", required=True),
+                args=self.string_list(body.get("args"), f"{key}.args") or (),
+                env={
+                    str(name): self.expand(str(value), f"{key}.env.{name}")
+                    for name, value in env.items()
+                },
+            )
+        body = self.mapping(raw, key, HTTP_KEYS)
+        url = self.string(body.get("url"), f"{key}.url", required=True)
+        if not url.startswith(("http://", "https://")):
+            raise self.error(f"{key}.url", f"expected an http:// or https:// URL, got {url!r}")
+        headers = body.get("headers") or {}
+        if not isinstance(headers, dict):
+            raise self.error(f"{key}.headers", "expected a mapping of header names to values")
+        verify = body.get("verify_ssl", True)
+        if not isinstance(verify, bool):
+            raise self.error(f"{key}.verify_ssl", "expected true or false")
+        return HttpTransport(
+            type=kind,
+            url=url,
+            bearer_token_env=self.string(body.get("bearer_token_env"), f"{key}.bearer_token_env")
+            or "",
+            headers={
+                str(name): self.expand(str(value), f"{key}.headers.{name}", keep_session_id=True)
+                for name, value in headers.items()
+            },
+            verify_ssl=verify,
+            timeout=self.duration(body.get("timeout"), f"{key}.timeout") or 30.0,
+        )
+
+    def data_masking(self, raw: Any, key: str) -> DataMasking | None:
+        if raw is None:
+            return None
+        body = self.mapping(raw, key, MASKING_KEYS)
+        groups = self.string_list(body.get("pattern_groups"), f"{key}.pattern_groups") or ()
+        for index, group in enumerate(groups):
+            if group not in PATTERN_GROUPS:
+                raise self.error(
+                    f"{key}.pattern_groups[{index}]",
+                    f"unknown pattern group {group!r}; allowed: {', '.join(PATTERN_GROUPS)}",
+                )
+        patterns = self.string_list(body.get("patterns"), f"{key}.patterns") or ()
+        for index, name in enumerate(patterns):
+            if name not in KNOWN_PATTERNS:
+                raise self.error(
+                    f"{key}.patterns[{index}]",
+                    f"unknown pattern {name!r}; allowed: {', '.join(KNOWN_PATTERNS)}",
+                )
+        custom = []
+        for index, entry in enumerate(body.get("custom_patterns") or []):
+            item = f"{key}.custom_patterns[{index}]"
+            entry = self.mapping(entry, item, CUSTOM_PATTERN_KEYS)
+            pattern = self.string(entry.get("pattern"), f"{item}.pattern", required=True)
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise self.error(
+                    f"{item}.pattern", f"not a valid regular expression: {exc}"
+                ) from None
+            custom.append(
+                CustomPattern(
+                    pattern=pattern,
+                    replacement=self.string(entry.get("replacement"), f"{item}.replacement")
+                    or "[MASKED_CUSTOM]",
+                    description=self.string(entry.get("description"), f"{item}.description") or "",
+                )
+            )
+        enabled = body.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise self.error(f"{key}.enabled", "expected true or false")
+        return DataMasking(enabled, groups, patterns, tuple(custom))
+
+    def summarization(self, raw: Any, key: str) -> Summarization:
+        body = self.mapping(raw, key, SUMMARIZATION_KEYS)
+        enabled = body.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise self.error(f"{key}.enabled", "expected true or false")
+        defaults = Summarization()
+        return Summarization(
+            enabled=enabled,
+            size_threshold_tokens=self.positive_int(
+                body.get("size_threshold_tokens"), f"{key}.size_threshold_tokens"
+            )
+            or defaults.size_threshold_tokens,
+            summary_max_token_limit=self.positive_int(
+                body.get("summary_max_token_limit"), f"{key}.summary_max_token_limit"
+            )
+            or defaults.summary_max_token_limit,
+            llm_provider=self.string(body.get("llm_provider"), f"{key}.llm_provider"),
+            llm_backend=self.string(body.get("llm_backend"), f"{key}.llm_backend"),
+        )
 
     def check_servers(
         self, names: tuple[str, ...] | None, key: str, servers: dict[str, MCPServerConfig]
@@ -664,7 +796,16 @@ class _Parser:
             )
             or "any",
             orchestrator=self.default_orchestrator(body.get("orchestrator")),
+            **self.default_summarization(body.get("summarization")),
         )
+
+    def default_summarization(self, raw: Any) -> dict[str, str | None]:
+        key = "defaults.summarization"
+        body = self.mapping(raw, key, DEFAULT_SUMMARIZATION_KEYS)
+        return {
+            "summarization_provider": self.string(body.get("llm_provider"), f"{key}.llm_provider"),
+            "summarization_backend": self.string(body.get("llm_backend"), f"{key}.llm_backend"),
+        }
 
     def default_orchestrator(self, raw: Any) -> OrchestratorConfig:
         parsed = self.orchestrator(raw, "defaults.orchestrator") or OrchestratorConfig()

@@ -10,13 +10,67 @@ class StdioTransport:
     command: str
     args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    type: str = "stdio"
+
+
+# In an HTTP header value: replaced by the agent execution's id for each connection.
+SESSION_ID_PLACEHOLDER = "{{.SESSION_ID}}"
+
+
+@dataclass(frozen=True)
+class HttpTransport:
+    """A remote server over streamable HTTP (``type: http``) or SSE (``type: sse``)."""
+
+    type: str
+    url: str
+    bearer_token_env: str = ""  # the *name* of the variable holding the token
+    headers: dict[str, str] = field(default_factory=dict)
+    verify_ssl: bool = True
+    timeout: float = 30.0  # seconds for connecting and sending
+
+    @property
+    def per_execution(self) -> bool:
+        """Headers that name the execution need a connection of its own."""
+        return any(SESSION_ID_PLACEHOLDER in value for value in self.headers.values())
+
+
+@dataclass(frozen=True)
+class CustomPattern:
+    pattern: str
+    replacement: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class DataMasking:
+    """Extra masking for one server's results, on top of the default (which always runs)."""
+
+    enabled: bool = True
+    pattern_groups: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+    custom_patterns: tuple[CustomPattern, ...] = ()
+
+
+@dataclass(frozen=True)
+class Summarization:
+    """Large tool results are summarised by an LLM before the model sees them."""
+
+    enabled: bool = True
+    size_threshold_tokens: int = 5000
+    summary_max_token_limit: int = 1000
+    llm_provider: str | None = None  # None: the agent's provider
+    llm_backend: str | None = None
 
 
 @dataclass(frozen=True)
 class MCPServerConfig:
     id: str
-    transport: StdioTransport
+    transport: StdioTransport | HttpTransport
     instructions: str = ""
+    init_timeout: float = 30.0
+    call_timeout: float = 90.0
+    data_masking: DataMasking | None = None
+    summarization: Summarization = field(default_factory=Summarization)
 
 
 @dataclass(frozen=True)
@@ -153,6 +207,9 @@ class Defaults:
     orchestrator: OrchestratorConfig = field(
         default_factory=lambda: OrchestratorConfig(max_concurrent_agents=5)
     )
+    # Which model summarises large tool results when a server names none; None: the agent's.
+    summarization_provider: str | None = None
+    summarization_backend: str | None = None
 
 
 @dataclass(frozen=True)

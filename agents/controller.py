@@ -14,14 +14,15 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from django.conf import settings
 
-from agents.config_types import CostEstimation
-from agents.masking import mask_text, mask_tool_result
+from agents import tool_results
+from agents.config_types import CostEstimation, MCPServerConfig
+from agents.masking import mask_text
 from agents.prompts import forced_conclusion
 from agents.recorder import Recorder, message_to_json
 from agents.resolver import AgentSettings, ProviderChoice
@@ -100,6 +101,9 @@ class AgentRun:
     fallbacks: list[ProviderChoice] = field(default_factory=list)
     cost: CostEstimation = field(default_factory=CostEstimation)
     sub_agents: SubAgents | None = None
+    # The agent's MCP servers (masking, summarization) and who summarises their results.
+    servers: Mapping[str, MCPServerConfig] = field(default_factory=dict)
+    summarizers: Mapping[str, ProviderChoice] = field(default_factory=dict)
 
 
 class _ModelCalls:
@@ -349,12 +353,18 @@ class IteratingController(_ModelCalls):
         )
         result = await run.tools.call_tool(call.name, call.arguments)
         # Masked before anything keeps or shows it: the timeline, the records, the model.
-        content = mask_tool_result(result.content)
+        config = run.servers.get(server)
+        content = tool_results.mask(result.content, config)
+        shown = tool_results.stored(content)
         await run.recorder.complete_item(
             item,
-            content,
+            shown,
             status=TimelineEventStatus.FAILED if result.is_error else TimelineEventStatus.COMPLETED,
-            metadata={"is_error": result.is_error, "duration_ms": result.duration_ms},
+            metadata={
+                "is_error": result.is_error,
+                "duration_ms": result.duration_ms,
+                **({"truncated": True} if shown != content else {}),
+            },
         )
         await run.recorder.mcp_interaction(
             interaction_type="tool_call",
@@ -365,7 +375,10 @@ class IteratingController(_ModelCalls):
             is_error=result.is_error,
             duration_ms=result.duration_ms,
         )
-        message = ConversationMessage(Role.TOOL, content, tool_call_id=call.id, tool_name=call.name)
+        for_model = await tool_results.for_model(run, call, config, content)
+        message = ConversationMessage(
+            Role.TOOL, for_model, tool_call_id=call.id, tool_name=call.name
+        )
         run.messages.append(message)
         await run.recorder.message(message)
 

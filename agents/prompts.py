@@ -6,7 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agents.config_types import ACTION, AgentConfig, MCPServerConfig
-from llm.demo_script import FINDINGS_TO_MERGE, INVESTIGATION_TO_SUMMARISE
+from llm.demo_script import (
+    FINDINGS_TO_MERGE,
+    INVESTIGATION_TO_SUMMARISE,
+    TOOL_OUTPUT_TO_SUMMARISE,
+)
 from llm.types import ConversationMessage, Role
 
 PREAMBLE = (
@@ -139,6 +143,38 @@ def exec_summary_messages(
         f"Alert type: {alert_type}\n\n{INVESTIGATION_TO_SUMMARISE}\n\n{final_analysis}\n\n"
         "Write the executive summary."
     )
+    return [ConversationMessage(Role.SYSTEM, system), ConversationMessage(Role.USER, user)]
+
+
+TOOL_SUMMARY_INSTRUCTIONS = (
+    "You condense the output of one tool call for an SRE agent investigating an alert. "
+    "The agent will read your summary instead of the output, so keep every fact that may "
+    "matter to the investigation: errors and warnings (quoted exactly, with how often they "
+    "occur), the names of failing resources, counts, timestamps and anything unusual. Drop "
+    "repetition and what is plainly healthy. Do not speculate about causes. Use at most "
+    "{max_tokens} tokens."
+)
+
+
+def tool_summary_messages(
+    *,
+    alert_type: str,
+    alert_data: str,
+    reasoning: str,
+    tool_name: str,
+    arguments: dict,
+    output: str,
+    max_tokens: int,
+) -> list[ConversationMessage]:
+    """The investigation's context (the alert, the agent's latest reasoning) and the output."""
+    context = f"## Alert\n\nType: {alert_type}\n\n{alert_data}\n\n"
+    if reasoning:
+        context += f"## What the agent was looking for\n\n{reasoning}\n\n"
+    user = (
+        f"{context}## Tool call\n\n{tool_name} with arguments {arguments}\n\n"
+        f"{TOOL_OUTPUT_TO_SUMMARISE}\n\n{output}\n\nWrite the summary."
+    )
+    system = TOOL_SUMMARY_INSTRUCTIONS.format(max_tokens=max_tokens)
     return [ConversationMessage(Role.SYSTEM, system), ConversationMessage(Role.USER, user)]
 
 

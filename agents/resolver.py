@@ -70,6 +70,10 @@ class AgentSettings:
     native_tools: tuple[str, ...] | None = None  # None: the provider's own setting
     sub_agents: tuple[SubAgentRef, ...] = ()  # empty: the agent dispatches none
     orchestrator: OrchestratorConfig = dataclasses.field(default_factory=OrchestratorConfig)
+    # The alert's ``mcp`` override: its choice of tools per server (None: all of them),
+    # and Gemini native tools it turns on or off on top of the providers' own.
+    tool_filter: dict[str, frozenset[str]] | None = None
+    native_tool_switches: dict[str, bool] | None = None
 
     @property
     def iterating(self) -> bool:
@@ -84,6 +88,9 @@ class ResolvedAgent:
     servers: dict[str, MCPServerConfig]
     choice: ProviderChoice
     fallbacks: tuple[ProviderChoice, ...] = ()
+    # Per MCP server: who summarises its large results; a server missing here uses the
+    # agent's provider (ADR-0024's "unset").
+    summarizers: dict[str, ProviderChoice] = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -209,8 +216,55 @@ def resolve(config: TarsyConfig, settings: AgentSettings) -> ResolvedAgent:
             )
             for c in (choice, *fallbacks)
         ]
+    if settings.native_tool_switches:
+        choice, *fallbacks = [
+            _switch_native_tools(c, settings.native_tool_switches) for c in (choice, *fallbacks)
+        ]
     servers = {name: config.mcp_servers[name] for name in settings.mcp_servers}
-    return ResolvedAgent(settings, servers, choice, tuple(fallbacks))
+    summarizers = {}
+    for server_id, server in servers.items():
+        # The server's named provider, else the defaults', else the agent's. A named
+        # provider's backend is its own: never the agent's (a Claude summariser must not
+        # inherit google-native).
+        named = server.summarization.llm_provider
+        backend = server.summarization.llm_backend
+        if named is None:
+            named = config.defaults.summarization_provider
+            backend = config.defaults.summarization_backend
+        if named is None:
+            continue
+        try:
+            summarizers[server_id] = provider_choice(
+                named, backend, f"the summarization of {server_id}"
+            )
+        except ResolutionError as problem:
+            logger.warning("summarizing %s with the agent's provider: %s", server_id, problem)
+    return ResolvedAgent(settings, servers, choice, tuple(fallbacks), summarizers)
+
+
+def _switch_native_tools(choice: ProviderChoice, switches: dict[str, bool]) -> ProviderChoice:
+    tools = [t for t in choice.config.native_tools if switches.get(t, True)]
+    tools += [t for t, on in switches.items() if on and t not in tools]
+    return dataclasses.replace(
+        choice, config=dataclasses.replace(choice.config, native_tools=tuple(tools))
+    )
+
+
+def with_alert_selection(settings: AgentSettings, selection: dict) -> AgentSettings:
+    """An investigating agent's settings under the alert's ``mcp`` override: its servers
+    (and tools) replaced by the alert's, and Gemini native tools as the alert says."""
+    servers = tuple(entry["name"] for entry in selection["servers"])
+    tool_filter = {
+        entry["name"]: frozenset(entry["tools"])
+        for entry in selection["servers"]
+        if "tools" in entry
+    }
+    return dataclasses.replace(
+        settings,
+        mcp_servers=servers,
+        tool_filter=tool_filter or None,
+        native_tool_switches=selection.get("native_tools"),
+    )
 
 
 def provider_choice(name: str | None, backend: str | None, agent_name: str) -> ProviderChoice:

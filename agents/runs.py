@@ -164,7 +164,11 @@ async def _execute(
     sub_agents: Callable[[AgentExecution], SubAgents] | None,
 ) -> AgentResult:
     try:
-        async with ToolBox(agent.servers) as toolbox:
+        async with ToolBox(
+            agent.servers,
+            execution_id=str(recorder.execution.id),
+            only=agent.settings.tool_filter,
+        ) as toolbox:
             runner = sub_agents(recorder.execution) if sub_agents else None
             try:
                 return await controller.run(
@@ -177,6 +181,8 @@ async def _execute(
                         recorder=recorder,
                         messages=messages(agent),
                         sub_agents=runner,
+                        servers=agent.servers,
+                        summarizers=agent.summarizers,
                     )
                 )
             finally:

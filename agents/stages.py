@@ -29,6 +29,7 @@ from agents.resolver import (
     sub_agent_catalog,
     sub_agent_settings,
     synthesis_settings,
+    with_alert_selection,
 )
 from agents.runs import Outcome, SessionRun, run_agent, start_agent
 from agents.sub_agents import SubAgentRunner
@@ -245,6 +246,9 @@ def _sub_agent_runner(run: SessionRun, agent: ResolvedAgent, stage: Stage):
 
 
 async def _resolve(run: SessionRun, settings: AgentSettings) -> ResolvedAgent:
+    selection = run.session.mcp_selection
+    if selection and settings.iterating:
+        settings = with_alert_selection(settings, selection)
     try:
         return await db(resolve)(run.config, settings)
     except ResolutionError as problem:

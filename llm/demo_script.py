@@ -86,6 +86,7 @@ def _evidence(text: str, limit: int = 4) -> list[str]:
 # Headings of the single-shot prompts (agents/prompts.py imports these).
 FINDINGS_TO_MERGE = "## Findings to merge"
 INVESTIGATION_TO_SUMMARISE = "## Investigation to summarise"
+TOOL_OUTPUT_TO_SUMMARISE = "## Tool output to summarise"
 
 
 def demo_turn(request: GenerateRequest) -> ScriptTurn:
@@ -244,7 +245,27 @@ def single_shot_turn(request: GenerateRequest) -> ScriptTurn | None:
         return _synthesis(prompt.split(FINDINGS_TO_MERGE, 1)[1])
     if INVESTIGATION_TO_SUMMARISE in prompt:
         return _summary(prompt.split(INVESTIGATION_TO_SUMMARISE, 1)[1])
+    if TOOL_OUTPUT_TO_SUMMARISE in prompt:
+        return _tool_summary(prompt.split(TOOL_OUTPUT_TO_SUMMARISE, 1)[1])
     return None
+
+
+def _tool_summary(output: str) -> ScriptTurn:
+    """What a summariser keeps of a long output: its size, and the lines that say
+    something is wrong (each distinct one once, with how often it came)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    problems: dict[str, int] = {}
+    for line in lines:
+        if _LOG_PROBLEM.search(line):
+            problems[line] = problems.get(line, 0) + 1
+    kept = sorted(problems.items(), key=lambda item: -item[1])[:10]
+    text = [f"The output has {len(lines)} lines."]
+    if kept:
+        text.append("Lines that report problems:")
+        text += [f"- {line} ({count} times)" if count > 1 else f"- {line}" for line, count in kept]
+    else:
+        text.append("No line reports an error or a warning.")
+    return ScriptTurn(text="\n".join(text))
 
 
 _FINDING_RE = re.compile(r"^### Stage '[^']*', agent '([^']+)'(.*)$", re.M)

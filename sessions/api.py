@@ -45,6 +45,7 @@ def alert_create(request: HttpRequest) -> JsonResponse:
             data=body.get("data"),
             alert_type=body.get("alert_type"),
             runbook=body.get("runbook"),
+            mcp=body.get("mcp"),
             unknown_fields=set(body) - set(ALLOWED_FIELDS),
         )
     except AlertRejected as rejected:
@@ -55,11 +56,21 @@ def alert_create(request: HttpRequest) -> JsonResponse:
             alert_data=alert.data,
             chain_id=alert.chain_id,
             runbook=alert.runbook,
+            mcp_selection=alert.mcp_selection,
             author=request.user.get_username(),
         )
     except services.SessionNotQueued as exc:
         return _error(f"{exc}; nothing was stored, send the alert again", 503)
     return JsonResponse({"session_id": str(session.id), "status": "queued"}, status=202)
+
+
+@api_view
+@require_GET
+def system_mcp_servers(request: HttpRequest) -> JsonResponse:
+    """TARSy's shape: each configured server's last health check (workers list every
+    server's tools every ``TARSY_MCP_HEALTH_INTERVAL`` seconds)."""
+    servers = selectors.mcp_servers_health(list(get_config().mcp_servers))
+    return JsonResponse({"servers": servers})
 
 
 @api_view
@@ -217,6 +228,7 @@ def session_detail(request: HttpRequest, session_id) -> JsonResponse:
     data.update(
         alert_data=session.alert_data,
         runbook=session.runbook,
+        mcp_selection=session.mcp_selection,
         final_analysis=session.final_analysis,
         usage=selectors.session_usage(session),
         stages=[

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import sys
-
 from django.apps import AppConfig
 
 
@@ -14,13 +12,3 @@ class SessionsConfig(AppConfig):
 
     def ready(self) -> None:
         from sessions import checks  # noqa: F401 - registers system checks
-
-        if "qcluster" in sys.argv:
-            # django-q2 forks its workers from this process: importing the agent stack
-            # (the MCP SDK alone takes ~1 s) and listing the MCP servers' tools here once
-            # spares every worker's first session both.
-            import agents.executor  # noqa: F401
-            from agents.config import get_config
-            from agents.toolbox import warm_catalog
-
-            warm_catalog(get_config())

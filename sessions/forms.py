@@ -25,13 +25,56 @@ class AlertForm(forms.Form):
     runbook = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="Optional."
     )
+    # The REST API's ``mcp`` override. Nothing ticked: the chain's own servers.
+    mcp_servers = forms.MultipleChoiceField(
+        label="MCP servers",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Only these servers' tools, for every investigating agent. None ticked: "
+        "each agent's own servers.",
+    )
+    mcp_tools = forms.MultipleChoiceField(
+        label="Tools",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Only these tools of their servers (as last listed by a worker). None "
+        "ticked for a server: all its tools.",
+    )
+    OVERRIDE_FIELDS = ("mcp_servers", "mcp_tools")
 
     def __init__(self, *args, **kwargs) -> None:
+        from sessions.models import MCPServerHealth
+
         super().__init__(*args, **kwargs)
         config = get_config()
         self.fields["alert_type"].choices = [(t, t) for t in config.alert_types]
         self.fields["alert_type"].initial = config.defaults.alert_type
         self.fields["data"].initial = EXAMPLE_ALERT
+        self.fields["mcp_servers"].choices = [(s, s) for s in sorted(config.mcp_servers)]
+        listed = MCPServerHealth.objects.filter(server_id__in=config.mcp_servers)
+        self.fields["mcp_tools"].choices = [
+            (f"{health.server_id}.{tool['name']}", f"{health.server_id}.{tool['name']}")
+            for health in listed
+            for tool in sorted(health.tools, key=lambda t: t["name"])
+        ]
+
+    def selection(self) -> dict | None:
+        """The ticked servers and tools as the API's ``mcp`` object (None: nothing ticked)."""
+        servers = list(self.cleaned_data.get("mcp_servers") or ())
+        tools: dict[str, list[str]] = {}
+        for name in self.cleaned_data.get("mcp_tools") or ():
+            server, _, tool = name.partition(".")
+            tools.setdefault(server, []).append(tool)
+            if server not in servers:
+                servers.append(server)  # ticking a tool picks its server
+        if not servers:
+            return None
+        return {
+            "servers": [
+                {"name": server, **({"tools": tools[server]} if server in tools else {})}
+                for server in servers
+            ]
+        }
 
     def clean_data(self) -> str:
         # Browsers submit textareas with CRLF line endings; the REST API keeps data as sent.
@@ -45,6 +88,7 @@ class AlertForm(forms.Form):
                     data=cleaned["data"],
                     alert_type=cleaned["alert_type"],
                     runbook=cleaned.get("runbook", ""),
+                    mcp=self.selection(),
                 )
             except AlertRejected as rejected:
                 raise forms.ValidationError(str(rejected)) from None

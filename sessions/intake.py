@@ -26,12 +26,17 @@ class ValidAlert:
     data: str
     runbook: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # The alert's own choice of MCP servers, tools and Gemini native tools (``mcp``).
+    mcp_selection: dict[str, Any] | None = None
 
 
 # Alerts are a few levels deep (Alertmanager's webhook is four); anything far deeper is
 # an attack on the parser, the masker or the LLM prompt.
 MAX_JSON_DEPTH = 32
-ALLOWED_FIELDS = ("alert_type", "runbook", "data")
+ALLOWED_FIELDS = ("alert_type", "runbook", "data", "mcp")
+MCP_KEYS = ("servers", "native_tools")
+MCP_SERVER_KEYS = ("name", "tools")
+NATIVE_TOOLS = ("google_search", "code_execution", "url_context")
 
 
 def read_json_body(raw: bytes) -> dict[str, Any]:
@@ -71,6 +76,7 @@ def validate_alert(
     data: Any,
     alert_type: Any = None,
     runbook: Any = None,
+    mcp: Any = None,
     unknown_fields: set[str] = frozenset(),
 ) -> ValidAlert:
     if unknown_fields:
@@ -110,7 +116,97 @@ def validate_alert(
         chain_id=chain.id,
         data=mask_alert(data),
         runbook=mask_alert(runbook or ""),
+        mcp_selection=validate_mcp_selection(mcp),
     )
+
+
+def validate_mcp_selection(value: Any) -> dict[str, Any] | None:
+    """``{"servers": [{"name", "tools"?}], "native_tools"?: {name: bool}}``, checked against
+    tarsy.yaml and, for tools, the servers' last listing (``MCPServerHealth``). A server
+    that has never been listed accepts any tool name; the agent then reports unknown ones."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise AlertRejected(f"'mcp' must be an object, got {type(value).__name__}")
+    _only(value, MCP_KEYS, "mcp")
+    servers = value.get("servers")
+    if not isinstance(servers, list):
+        raise AlertRejected(
+            '\'mcp.servers\' must be a list of {"name": server, "tools"?: [tool, …]}'
+        )
+    if not servers:
+        raise AlertRejected(
+            "'mcp.servers' is empty: name at least one MCP server, or leave 'mcp' out to use "
+            "the chain's own servers"
+        )
+    configured = get_config().mcp_servers
+    listings = _last_listings()
+    selection: list[dict[str, Any]] = []
+    for index, entry in enumerate(servers):
+        where = f"mcp.servers[{index}]"
+        if not isinstance(entry, dict):
+            raise AlertRejected(f"'{where}' must be an object with a 'name'")
+        _only(entry, MCP_SERVER_KEYS, where)
+        name = entry.get("name")
+        if not isinstance(name, str) or not name:
+            raise AlertRejected(f"'{where}.name' must be the name of an MCP server")
+        if name not in configured:
+            raise AlertRejected(
+                f"MCP server {_shorten(name)} not found in configuration; "
+                f"configured: {', '.join(sorted(configured)) or 'none'}"
+            )
+        if any(chosen["name"] == name for chosen in selection):
+            raise AlertRejected(f"MCP server {name!r} is named twice in 'mcp.servers'")
+        chosen: dict[str, Any] = {"name": name}
+        tools = entry.get("tools")
+        if tools is not None:
+            if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+                raise AlertRejected(f"'{where}.tools' must be a list of tool names")
+            if not tools:
+                raise AlertRejected(
+                    f"'{where}.tools' is empty: name at least one tool, or leave 'tools' out "
+                    f"for all of {name!r}'s tools"
+                )
+            known = listings.get(name)
+            for tool in tools:
+                if known is not None and tool not in known:
+                    raise AlertRejected(
+                        f"tool {_shorten(tool)} not found on MCP server {name!r}; "
+                        f"its tools: {', '.join(sorted(known)) or 'none'}"
+                    )
+            chosen["tools"] = list(dict.fromkeys(tools))
+        selection.append(chosen)
+    result: dict[str, Any] = {"servers": selection}
+    native = value.get("native_tools")
+    if native is not None:
+        if not isinstance(native, dict):
+            raise AlertRejected("'mcp.native_tools' must be an object of booleans")
+        _only(native, NATIVE_TOOLS, "mcp.native_tools")
+        for name, enabled in native.items():
+            if not isinstance(enabled, bool):
+                raise AlertRejected(f"'mcp.native_tools.{name}' must be true or false")
+        result["native_tools"] = dict(native)
+    return result
+
+
+def _only(value: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    unknown = [key for key in value if key not in allowed]
+    if unknown:
+        names = ", ".join(_shorten(str(key), 40) for key in sorted(unknown)[:10])
+        raise AlertRejected(
+            f"unknown field(s) in '{where}': {names}; allowed: {', '.join(allowed)}"
+        )
+
+
+def _last_listings() -> dict[str, set[str]]:
+    """Each server's tools as last listed by a worker (or the qcluster at start-up)."""
+    from sessions.models import MCPServerHealth
+
+    return {
+        health.server_id: {tool["name"] for tool in health.tools}
+        for health in MCPServerHealth.objects.exclude(checked_at=None)
+        if health.tools or health.healthy
+    }
 
 
 def _check_size(field: str, text: str) -> None:

@@ -48,6 +48,8 @@ class AlertSession(models.Model):
     # Opaque text (JSON, YAML, plain…), passed to the LLM verbatim.
     alert_data = models.TextField()
     runbook = models.TextField(blank=True)
+    # The alert's ``mcp`` override: {"servers": [{"name", "tools"?}], "native_tools"?}.
+    mcp_selection = models.JSONField(null=True, blank=True)
     chain_id = models.CharField(max_length=100)
     status = models.CharField(
         max_length=20, choices=SessionStatus.choices, default=SessionStatus.PENDING
@@ -371,6 +373,25 @@ class WorkerCluster(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host}:{self.pid}"
+
+
+class MCPServerHealth(models.Model):
+    """The last health check of one MCP server: its tools, or why it could not list them.
+    Written by the workers that use it (every 15 s) and the qcluster at start-up."""
+
+    server_id = models.CharField(max_length=100, primary_key=True)
+    healthy = models.BooleanField(default=False)
+    tools = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    checked_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["server_id"]
+        verbose_name = "MCP server health"
+        verbose_name_plural = "MCP server health"
+
+    def __str__(self) -> str:
+        return f"{self.server_id} ({'healthy' if self.healthy else 'unhealthy'})"
 
 
 class ApiToken(models.Model):

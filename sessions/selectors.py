@@ -148,3 +148,37 @@ def streamed_text(timeline_event_ids: list[int], *, up_to_event_id: int) -> dict
     for timeline_event_id, payload in rows:
         chunks[timeline_event_id].append(payload.get("delta", ""))
     return {key: "".join(parts) for key, parts in chunks.items()}
+
+
+def mcp_servers_health(server_ids: list[str]) -> list[dict[str, Any]]:
+    """Each configured MCP server's last health check, sorted by id; a server no worker
+    has used yet is reported unhealthy with "not checked yet"."""
+    from sessions.models import MCPServerHealth
+
+    checks = {h.server_id: h for h in MCPServerHealth.objects.filter(server_id__in=server_ids)}
+    servers = []
+    for server_id in sorted(server_ids):
+        health = checks.get(server_id)
+        if health is None:
+            servers.append(
+                {
+                    "id": server_id,
+                    "healthy": False,
+                    "last_check": None,
+                    "tool_count": 0,
+                    "tools": [],
+                    "error": "not checked yet: no worker has started this server",
+                }
+            )
+            continue
+        servers.append(
+            {
+                "id": server_id,
+                "healthy": health.healthy,
+                "last_check": health.checked_at.isoformat(),
+                "tool_count": len(health.tools),
+                "tools": health.tools,
+                "error": health.error or None,
+            }
+        )
+    return servers

@@ -9,6 +9,7 @@ app_name = "sessions"
 urlpatterns = [
     path("", views.session_list, name="list"),
     path("sessions/new/", views.session_new, name="new"),
+    path("system/", views.system, name="system"),
     path("sessions/<uuid:session_id>/", views.session_detail, name="detail"),
     path("sessions/<uuid:session_id>/cancel/", views.session_cancel, name="cancel"),
     path(
@@ -29,5 +30,6 @@ api_urlpatterns = [
         api.execution_cancel,
         name="api-execution-cancel",
     ),
+    path("system/mcp-servers", api.system_mcp_servers, name="api-system-mcp-servers"),
     path("health", api.health, name="api-health"),
 ]

@@ -6,6 +6,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from agents.config import get_config
 from sessions import selectors, services
 from sessions.forms import AlertForm
 from sessions.live import TimelineItem, session_tree
@@ -30,6 +31,7 @@ def session_new(request: HttpRequest) -> HttpResponse:
                 alert_data=form.alert.data,
                 chain_id=form.alert.chain_id,
                 runbook=form.alert.runbook,
+                mcp_selection=form.alert.mcp_selection,
                 author=request.user.get_username(),
             )
         except services.SessionNotQueued as exc:
@@ -37,6 +39,11 @@ def session_new(request: HttpRequest) -> HttpResponse:
             return render(request, "sessions/new.html", {"form": form}, status=503)
         return redirect("sessions:detail", session_id=session.id)
     return render(request, "sessions/new.html", {"form": form}, status=400 if form.errors else 200)
+
+
+def system(request: HttpRequest) -> HttpResponse:
+    servers = selectors.mcp_servers_health(list(get_config().mcp_servers))
+    return render(request, "sessions/system.html", {"servers": servers})
 
 
 def session_detail(request: HttpRequest, session_id) -> HttpResponse:

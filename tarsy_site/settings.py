@@ -197,6 +197,19 @@ TARSY_LEASE_CHECK_INTERVAL = env_float("TARSY_LEASE_CHECK_INTERVAL", 0.5, minimu
 TARSY_RECOVERY_INTERVAL = env_float("TARSY_RECOVERY_INTERVAL", 10, minimum=0.1)
 TARSY_PENDING_RECOVERY_AFTER = env_float("TARSY_PENDING_RECOVERY_AFTER", 60, minimum=1)
 TARSY_MAX_CONCURRENT_SESSIONS = env_int("TARSY_MAX_CONCURRENT_SESSIONS", 5, minimum=0)
+# MCP servers shared by all sessions of a worker (agents/mcp_hub.py); false: one set of
+# server processes per agent execution, as before.
+TARSY_MCP_SHARED = env_bool("TARSY_MCP_SHARED", default=True)
+# A worker lists each of its servers' tools this often and records their health.
+TARSY_MCP_HEALTH_INTERVAL = env_float("TARSY_MCP_HEALTH_INTERVAL", 15, minimum=0.1)
+# The qcluster imports the LLM backends its providers use before forking workers.
+TARSY_WARM_BACKENDS = env_bool("TARSY_WARM_BACKENDS", default=True)
+# Tool results, in estimated tokens (characters / 4; agents/tool_results.py): what a
+# timeline item keeps, the most any tool call hands the model, and the most of a result
+# a summariser reads.
+TARSY_TOOL_RESULT_STORAGE_TOKENS = env_int("TARSY_TOOL_RESULT_STORAGE_TOKENS", 8000, minimum=100)
+TARSY_TOOL_RESULT_MAX_TOKENS = env_int("TARSY_TOOL_RESULT_MAX_TOKENS", 25000, minimum=100)
+TARSY_SUMMARIZATION_INPUT_TOKENS = env_int("TARSY_SUMMARIZATION_INPUT_TOKENS", 100000, minimum=100)
 
 LOGGING = {
     "version": 1,
@@ -206,6 +219,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env_str("TARSY_LOG_LEVEL", "INFO")},
     "loggers": {
         "httpx": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+        "mcp": {"level": "WARNING"},
         "django.channels.server": {"level": "WARNING"},
     },
 }

@@ -16,6 +16,17 @@ from sessions.models import AlertSession, SessionStatus
 from sessions.services import Lease
 
 
+@pytest.fixture(autouse=True)
+def fresh_mcp_hub():
+    """Each test starts the MCP servers it uses: no server outlives its test."""
+    yield
+    from agents import mcp_hub
+
+    if mcp_hub._hub is not None:
+        mcp_hub._hub.close()
+        mcp_hub._hub = None
+
+
 def pytest_addoption(parser) -> None:
     parser.addoption(
         "--update-golden",

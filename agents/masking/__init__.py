@@ -18,6 +18,8 @@ hostile input: a tool result is withheld, an alert is kept as sent.
 from __future__ import annotations
 
 import logging
+import re
+from dataclasses import dataclass
 
 from agents.masking import detectors, kubernetes, patterns
 from agents.masking.kubernetes import SECRET_VALUE_MARKER
@@ -27,6 +29,7 @@ __all__ = [
     "PATTERN_NAMES",
     "SECRET_VALUE_MARKER",
     "WITHHELD_NOTICE",
+    "ExtraMasking",
     "mask_alert",
     "mask_text",
     "mask_tool_result",
@@ -37,19 +40,44 @@ logger = logging.getLogger(__name__)
 WITHHELD_NOTICE = "[MASKED: the tool result could not be checked for secrets, so it was withheld]"
 
 
-def mask_tool_result(text: str) -> str:
+@dataclass(frozen=True)
+class ExtraMasking:
+    """What a server's ``data_masking`` adds to the default masking (which always runs)."""
+
+    optional: tuple[str, ...] = ()  # names from patterns.OPTIONAL_PATTERNS
+    custom: tuple[tuple[re.Pattern[str], str], ...] = ()  # (regex, replacement)
+
+    @classmethod
+    def from_config(cls, config) -> ExtraMasking | None:
+        if config is None or not config.enabled:
+            return None
+        names = [n for group in config.pattern_groups for n in patterns.PATTERN_GROUPS[group]]
+        names += [n for n in config.patterns if n in patterns.OPTIONAL_PATTERNS]
+        custom = tuple((re.compile(c.pattern), c.replacement) for c in config.custom_patterns)
+        return cls(tuple(dict.fromkeys(names)), custom)
+
+    def apply(self, text: str) -> str:
+        text = patterns.mask_optional(text, self.optional)
+        for regex, replacement in self.custom:
+            text = regex.sub(replacement, text)
+        return text
+
+
+def mask_tool_result(text: str, extra: ExtraMasking | None = None) -> str:
     """Fail closed: a tool result that could not be checked is withheld, never passed on."""
     try:
-        return _mask(text)
+        masked = _mask(text)
+        return extra.apply(masked) if extra is not None else masked
     except Exception as exc:
         # Only the type: exception messages (YAML errors, for one) quote the input.
         logger.error("Masking a tool result failed (%s); it was withheld.", type(exc).__name__)
         return WITHHELD_NOTICE
 
 
-# Other outside text (an MCP server's stderr in an error, a provider's error message) is
-# shown and stored like a tool result, so it is masked the same way.
-mask_text = mask_tool_result
+def mask_text(text: str) -> str:
+    """Other outside text (an MCP server's stderr in an error, a provider's error message)
+    is shown and stored like a tool result, so it is masked the same way."""
+    return mask_tool_result(text)
 
 
 def mask_alert(text: str) -> str:

@@ -37,6 +37,9 @@ PATTERN_NAMES: tuple[str, ...] = (
     "aws_secret_key", "secret", "passphrase", "credentials", "key",
 )
 # fmt: on
+# Every name a server's data_masking.patterns may list: the default ones (always on) and
+# the optional ones below.
+KNOWN_PATTERNS = (*PATTERN_NAMES, "email", "ip_address", "base64_secret")
 
 # A value after a key: escaped-JSON string, JSON string, single-quoted, or a bare word. The
 # closing quote is optional so a value cut off by truncation is still masked.
@@ -388,4 +391,33 @@ def mask_patterns(text: str) -> str:
         text = pattern.sub(replace, text)
     for mask in _ASSIGNMENT_PASSES:
         text = mask(text)
+    return text
+
+
+# --- Optional patterns, for a server's ``data_masking`` --------------------------------------
+
+# Off by default because they hide evidence an investigation usually needs; a server whose
+# results should not show them turns them on by name or by group.
+OPTIONAL_PATTERNS: dict[str, re.Pattern[str]] = {
+    "email": re.compile(r"\b[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})+\b"),
+    "ip_address": re.compile(
+        r"\b(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)\b"
+    ),
+    # A long base64 run standing alone (an encoded key, a certificate without its header).
+    "base64_secret": re.compile(r"(?<![A-Za-z0-9+/=])[A-Za-z0-9+/]{40,}={0,2}(?![A-Za-z0-9+/=])"),
+}
+# TARSy's group names; the default patterns already cover what the others name.
+PATTERN_GROUPS: dict[str, tuple[str, ...]] = {
+    "basic": (),
+    "secrets": ("base64_secret",),
+    "security": ("email", "base64_secret"),
+    "kubernetes": (),
+    "cloud": (),
+    "all": tuple(OPTIONAL_PATTERNS),
+}
+
+
+def mask_optional(text: str, names: tuple[str, ...]) -> str:
+    for name in names:
+        text = OPTIONAL_PATTERNS[name].sub(marker(name), text)
     return text

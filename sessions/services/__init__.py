@@ -37,6 +37,7 @@ from sessions.services.lifecycle import (
 )
 from sessions.services.queue import (
     SessionNotQueued,
+    mcp_server_health_record,
     session_enqueue,
     sessions_dispatch_waiting,
     sessions_requeue_lost,
@@ -75,6 +76,7 @@ __all__ = [
     "execution_switch_provider",
     "llm_interaction_create",
     "mcp_interaction_create",
+    "mcp_server_health_record",
     "message_create",
     "serialize_transaction",
     "session_cancel",

@@ -37,7 +37,13 @@ from sessions.services.records import (
 
 
 def session_create(
-    *, alert_type: str, alert_data: str, chain_id: str, author: str, runbook: str = ""
+    *,
+    alert_type: str,
+    alert_data: str,
+    chain_id: str,
+    author: str,
+    runbook: str = "",
+    mcp_selection: dict[str, Any] | None = None,
 ) -> AlertSession:
     """Store an accepted alert together with its queued investigation, or neither.
 
@@ -52,6 +58,7 @@ def session_create(
             chain_id=chain_id,
             author=author,
             runbook=runbook,
+            mcp_selection=mcp_selection,
             enqueued_at=timezone.now(),
         )
         publish_session_status(session.id)

@@ -15,6 +15,7 @@ from django_q.tasks import async_task
 from sessions.models import (
     RUNNING_SESSION_STATUSES,
     AlertSession,
+    MCPServerHealth,
     SessionEvent,
     SessionStatus,
     WorkerCluster,
@@ -114,3 +115,13 @@ def transient_events_purge(*, older_than_seconds: float) -> int:
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     deleted, _ = SessionEvent.objects.filter(transient=True, created_at__lt=cutoff).delete()
     return deleted
+
+
+def mcp_server_health_record(
+    *, server_id: str, healthy: bool, tools: list[dict[str, str]], error: str = ""
+) -> None:
+    """An unhealthy check keeps the last known tools: the alert form still offers them."""
+    defaults: dict[str, Any] = {"healthy": healthy, "error": error, "checked_at": timezone.now()}
+    if healthy:
+        defaults["tools"] = tools
+    MCPServerHealth.objects.update_or_create(server_id=server_id, defaults=defaults)

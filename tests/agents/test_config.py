@@ -378,3 +378,104 @@ def test_agent_native_tools_are_checked(tmp_path):
     chain = loaded.chains["k8s"]
     resolved = stage_agent_settings(loaded, chain, chain.stages[0], chain.stages[0].agents[0])
     assert resolved.native_tools == ("code_execution",)
+
+
+def test_http_and_sse_servers_with_masking_and_summarization(tmp_path, monkeypatch):
+    monkeypatch.setenv("TARSY_TEST_TEAM", "sre")
+    config = with_change(
+        ["mcp_servers", "prometheus"],
+        {
+            "transport": {
+                "type": "http",
+                "url": "https://prometheus-mcp.internal/mcp",
+                "bearer_token_env": "PROMETHEUS_MCP_TOKEN",
+                "headers": {"X-Team": "{{.TARSY_TEST_TEAM}}", "X-Exec": "{{.SESSION_ID}}"},
+                "verify_ssl": False,
+                "timeout": "10s",
+            },
+            "init_timeout": "45s",
+            "call_timeout": 120,
+            "data_masking": {
+                "pattern_groups": ["security"],
+                "custom_patterns": [{"pattern": "TCK-[0-9]+", "replacement": "[T]"}],
+            },
+            "summarization": {"size_threshold_tokens": 2000, "llm_provider": "flash"},
+        },
+    )
+    config["mcp_servers"]["events"] = {"transport": {"type": "sse", "url": "http://e:8080/sse"}}
+    config["defaults"]["summarization"] = {"llm_provider": "flash", "llm_backend": "langchain"}
+    parsed = load_config(write(tmp_path, config))
+    prometheus = parsed.mcp_servers["prometheus"]
+    transport = prometheus.transport
+    assert (transport.type, transport.url, transport.bearer_token_env) == (
+        "http",
+        "https://prometheus-mcp.internal/mcp",
+        "PROMETHEUS_MCP_TOKEN",
+    )
+    # The environment is read at load; the execution id is filled in per connection.
+    assert transport.headers == {"X-Team": "sre", "X-Exec": "{{.SESSION_ID}}"}
+    assert transport.per_execution
+    assert (transport.verify_ssl, transport.timeout) == (False, 10.0)
+    assert (prometheus.init_timeout, prometheus.call_timeout) == (45.0, 120.0)
+    assert prometheus.data_masking.pattern_groups == ("security",)
+    assert prometheus.summarization.size_threshold_tokens == 2000
+    assert prometheus.summarization.summary_max_token_limit == 1000
+    assert parsed.mcp_servers["events"].transport.type == "sse"
+    assert not parsed.mcp_servers["events"].transport.per_execution
+    assert parsed.defaults.summarization_provider == "flash"
+
+
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        ({"transport": {"type": "http"}}, "mcp_servers.x.transport.url: is required"),
+        (
+            {"transport": {"type": "http", "url": "ftp://x"}},
+            "expected an http:// or https:// URL",
+        ),
+        (
+            {"transport": {"type": "sse", "url": "http://x", "command": "y"}},
+            "mcp_servers.x.transport.command: unknown key",
+        ),
+        (
+            {
+                "transport": {"type": "stdio", "command": "x"},
+                "data_masking": {"pattern_groups": ["nope"]},
+            },
+            "mcp_servers.x.data_masking.pattern_groups[0]",
+        ),
+        (
+            {
+                "transport": {"type": "stdio", "command": "x"},
+                "data_masking": {"custom_patterns": [{"pattern": "(", "replacement": "y"}]},
+            },
+            "mcp_servers.x.data_masking.custom_patterns[0].pattern",
+        ),
+        (
+            {
+                "transport": {"type": "stdio", "command": "x"},
+                "summarization": {"size_threshold_tokens": 0},
+            },
+            "mcp_servers.x.summarization.size_threshold_tokens: expected a whole number",
+        ),
+    ],
+)
+def test_bad_mcp_server_settings_are_named(tmp_path, server, message):
+    config = with_change(["mcp_servers", "x"], server)
+    assert message in error_for(tmp_path, config)
+
+
+def test_summarization_providers_are_checked_against_the_database(tmp_path):
+    config = with_change(
+        ["mcp_servers", "kubernetes", "summarization"], {"llm_provider": "nowhere"}
+    )
+    problems = validate_references(
+        load_config(write(tmp_path, config)),
+        provider_names={"demo"},
+        has_default_provider=True,
+        backend_names=["scripted"],
+    )
+    assert any(
+        "mcp_servers.kubernetes.summarization.llm_provider: unknown provider 'nowhere'" in p
+        for p in problems
+    )

@@ -55,6 +55,7 @@ async def test_leaving_before_the_servers_are_up_stops_them():
         pass  # cancelled mid-start; must not hang or leak
 
 
+@pytest.mark.django_db(transaction=True)
 def test_warming_fills_the_catalog_for_each_agents_servers():
     from pathlib import Path
 
@@ -78,3 +79,10 @@ def test_warming_fills_the_catalog_for_each_agents_servers():
         "workloads.get_pods",
     ]
     assert sorted(tools["changes"]) == ["changes.get_deployments", "changes.get_events"]
+
+    from sessions.models import MCPServerHealth
+
+    health = {h.server_id: h for h in MCPServerHealth.objects.all()}
+    assert set(health) == {"kubernetes", "workloads", "changes"}
+    assert all(h.healthy and not h.error for h in health.values())
+    assert {t["name"] for t in health["changes"].tools} == {"get_deployments", "get_events"}

@@ -17,6 +17,20 @@ from django_q.management.commands.qcluster import Command as DjangoQCommand
 from sessions import supervision
 
 
+def warm_up() -> None:
+    """What every worker's first session would otherwise wait for, done once here in the
+    process they fork from: the agent stack and the LLM SDKs imported (LangChain's take
+    seconds), the MCP servers' tools listed (and their health recorded)."""
+    import agents.executor  # noqa: F401
+    from agents.config import get_config
+    from agents.toolbox import warm_catalog
+    from llm.warm import warm_backends
+
+    if settings.TARSY_WARM_BACKENDS:
+        warm_backends()
+    warm_catalog(get_config())
+
+
 class Command(DjangoQCommand):
     help = "Run TARSy's workers: a django-q2 cluster, its recovery loop and orphan guard."
 
@@ -25,6 +39,7 @@ class Command(DjangoQCommand):
         if options.get("cluster_name"):
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
         supervision.watch_parent_in_children()
+        warm_up()
         # Each process opens its own connections: one inherited across fork would be
         # closed by the child under the parent's feet (PostgreSQL).
         db.connections.close_all()
