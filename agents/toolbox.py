@@ -181,25 +181,26 @@ def warm_catalog(config: TarsyConfig, *, timeout: float = 30.0) -> None:
     with a catalog, and record each server's health. A server that fails here is only
     logged and recorded: sessions report it."""
 
+    async def warm_one(servers: dict[str, MCPServerConfig]) -> None:
+        logger.info("listing the tools of MCP servers %s for the workers", list(servers))
+        try:
+            async with asyncio.timeout(timeout), MCPClientPool(servers) as pool:
+                tools = await pool.list_tools()
+                _CATALOG[_fingerprint(servers)] = tools
+        except MCPServerError as exc:
+            logger.warning("MCP servers %s: could not list tools: %s", list(servers), exc)
+            await asyncio.to_thread(record_health, exc.server_id, error=str(exc))
+            return
+        except Exception as exc:
+            logger.warning("MCP servers %s: could not list tools: %s", list(servers), exc)
+            return
+        for server_id in servers:
+            mine = {t.name.split(".", 1)[1]: t for t in tools if t.name.startswith(f"{server_id}.")}
+            await asyncio.to_thread(record_health, server_id, tools=_as_mcp_tools(mine))
+
     async def warm() -> None:
-        for servers in agent_servers(config):
-            logger.info("listing the tools of MCP servers %s for the workers", list(servers))
-            try:
-                async with asyncio.timeout(timeout), MCPClientPool(servers) as pool:
-                    tools = await pool.list_tools()
-                    _CATALOG[_fingerprint(servers)] = tools
-            except MCPServerError as exc:
-                logger.warning("MCP servers %s: could not list tools: %s", list(servers), exc)
-                await asyncio.to_thread(record_health, exc.server_id, error=str(exc))
-                continue
-            except Exception as exc:
-                logger.warning("MCP servers %s: could not list tools: %s", list(servers), exc)
-                continue
-            for server_id in servers:
-                mine = {
-                    t.name.split(".", 1)[1]: t for t in tools if t.name.startswith(f"{server_id}.")
-                }
-                await asyncio.to_thread(record_health, server_id, tools=_as_mcp_tools(mine))
+        # Side by side: the cluster starts serving after the slowest set, not their sum.
+        await asyncio.gather(*(warm_one(servers) for servers in agent_servers(config)))
 
     asyncio.run(warm())
 

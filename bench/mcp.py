@@ -2,18 +2,21 @@
 
 1. **Memory and speed per concurrent investigation**, with a server process per agent
    execution (``TARSY_MCP_SHARED=0``, the old way) and with each worker's shared
-   servers (the default). For 1, 4 and 8 investigations submitted at once, with as many
-   workers: the qcluster's whole process tree (workers and their MCP server processes)
-   is sampled every 100 ms; the figure is (peak RSS - RSS before submitting) / N. Two
-   rounds per setting: the first round of a fresh cluster, then a second on the same
-   cluster (shared servers are already running; per-execution ones start again).
-   Also: wall time for the round and time from submission to each session's first
+   servers (the default), for two chains: the demo's one agent, and three replicas of
+   it plus a synthesis (parallel agents on the same server). For 1, 4 and 8
+   investigations submitted at once, with as many workers: the qcluster's whole process
+   tree (its workers and their MCP server processes) is sampled every 100 ms; the
+   figure is its peak RSS / N. Two rounds per setting on one cluster (after it is
+   up): the first round of fresh workers, then a second (shared servers are already
+   running; per-execution ones start again). Also: the most MCP server processes at
+   once, wall time for the round, and time from submission to each session's first
    timeline item.
 2. **A worker's first session, before and after warming.** A Gemini provider on the
    LangChain backend against the fake Gemini API (a local process speaking its wire
-   format). A fresh deployment per trial, one session: time from the POST to its first
-   timeline item, with ``TARSY_WARM_BACKENDS=0`` (the worker imports LangChain on its
-   first session) and ``=1`` (the qcluster imported it before forking).
+   format). A fresh deployment per trial; once its cluster reports for duty, one
+   session: time from the POST to its first timeline item, with
+   ``TARSY_WARM_BACKENDS=0`` (the worker imports LangChain on its first session) and
+   ``=1`` (the qcluster imported it before forking).
 
 Usage: .venv/bin/python bench/mcp.py [--rounds 2] [--first-trials 5] [--sizes 1,4,8]
 """
@@ -89,8 +92,9 @@ def server_processes(root: int) -> int:
 # --- part 1 -------------------------------------------------------------------------------------
 
 
-def submit(tarsy, token: str) -> tuple[str, float]:
-    status, body = tarsy.api("POST", "/api/v1/alerts", token, {"data": ALERT})
+def submit(tarsy, token: str, alert_type: str = "kubernetes") -> tuple[str, float]:
+    body = {"data": ALERT, "alert_type": alert_type}
+    status, body = tarsy.api("POST", "/api/v1/alerts", token, body)
     assert status == 202, body
     return body["session_id"].replace("-", ""), time.monotonic()
 
@@ -106,13 +110,26 @@ def first_items(tarsy, keys: list[str]) -> dict[str, float]:
     return {key: _epoch(created) for key, created in rows if created}
 
 
-def concurrent_round(tarsy, token: str, size: int) -> dict:
+def wait_for_workers(tarsy, token: str) -> None:
+    """Until a cluster reports for duty (the qcluster has warmed up and forked)."""
+    deadline = time.monotonic() + 120
+    while True:
+        _, health = tarsy.api("GET", "/health", token)
+        if health["checks"]["worker_pool"]["status"] == "healthy":
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no worker cluster\n{tarsy.log_tail()}")
+        time.sleep(0.1)
+
+
+def concurrent_round(tarsy, token: str, size: int, alert_type: str) -> dict:
     qcluster = tarsy.processes[list(tarsy.commands).index("qcluster")].pid
-    time.sleep(1.0)
+    wait_for_workers(tarsy, token)
+    time.sleep(0.5)
     idle = tree_rss_mb(qcluster)
     wall_started = time.monotonic()
     epoch_started = time.time()
-    submitted = [submit(tarsy, token) for _ in range(size)]
+    submitted = [submit(tarsy, token, alert_type) for _ in range(size)]
     submit_epoch = {key: epoch_started + (at - wall_started) for key, at in submitted}
     keys = [key for key, _ in submitted]
     peak, most_servers = idle, 0
@@ -132,7 +149,7 @@ def concurrent_round(tarsy, token: str, size: int) -> dict:
     assert all(status == "completed" for (status,) in rows), rows
     firsts = first_items(tarsy, keys)
     return {
-        "per_session_mb": (peak - idle) / size,
+        "per_session_mb": peak / size,
         "idle_mb": idle,
         "peak_mb": peak,
         "servers": most_servers,
@@ -141,53 +158,74 @@ def concurrent_round(tarsy, token: str, size: int) -> dict:
     }
 
 
+def replicas_config(tmp: Path) -> Path:
+    """The bundled tarsy.yaml plus a chain of three replicas of the demo agent."""
+    config = yaml.safe_load((ROOT / "agents" / "tarsy.yaml").read_text())
+    config["agent_chains"]["replicas"] = {
+        "alert_types": ["Replicas"],
+        "stages": [{"name": "investigation", "agents": ["KubernetesAgent"], "replicas": 3}],
+    }
+    path = tmp / "tarsy.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+SCENARIOS = {"one agent": "kubernetes", "3 replicas": "Replicas"}
+
+
 def memory_and_speed(sizes: list[int], rounds: int) -> None:
     print("\n== 1. per concurrent investigation: per-execution servers vs shared ==")
     print(
-        f"{'servers':<14}{'N':>3}{'round':>6}{'RSS/inv MB':>12}{'idle MB':>9}{'peak MB':>9}"
+        f"{'chain':<11}{'servers':<14}{'N':>3}{'round':>6}{'peak MB/inv':>12}{'idle MB':>9}"
         f"{'MCP procs':>10}{'wall s':>8}{'first item s (median/p95)':>28}"
     )
-    results: dict[tuple[str, int], list[dict]] = {}
-    for size in sizes:
-        for shared in ("0", "1"):
-            label = "shared" if shared == "1" else "per-execution"
-            with tempfile.TemporaryDirectory() as tmp:
-                env = {
-                    "TARSY_WORKERS": str(size),
-                    "TARSY_MAX_CONCURRENT_SESSIONS": str(size),
-                    "TARSY_MCP_SHARED": shared,
-                }
-                with deployment(
-                    Path(tmp), provider=demo_provider(chunk_delay=0.02), extra_env=env
-                ) as tarsy:
-                    token = tarsy.api_token()
-                    for index in range(rounds):
-                        result = concurrent_round(tarsy, token, size)
-                        results.setdefault((label, size), []).append(result)
-                        firsts = result["first_item_s"]
-                        print(
-                            f"{label:<14}{size:>3}{index + 1:>6}{result['per_session_mb']:>12.1f}"
-                            f"{result['idle_mb']:>9.0f}{result['peak_mb']:>9.0f}"
-                            f"{result['servers']:>10}{result['wall_s']:>8.1f}"
-                            f"{statistics.median(firsts):>18.2f} / {percentile(firsts, 0.95):.2f}"
-                        )
+    results: dict[tuple[str, str, int], list[dict]] = {}
+    for scenario, alert_type in SCENARIOS.items():
+        for size in sizes:
+            for shared in ("0", "1"):
+                label = "shared" if shared == "1" else "per-execution"
+                with tempfile.TemporaryDirectory() as tmp:
+                    env = {
+                        "TARSY_WORKERS": str(size),
+                        "TARSY_MAX_CONCURRENT_SESSIONS": str(size),
+                        "TARSY_MCP_SHARED": shared,
+                        "TARSY_CONFIG": str(replicas_config(Path(tmp))),
+                    }
+                    with deployment(
+                        Path(tmp), provider=demo_provider(chunk_delay=0.02), extra_env=env
+                    ) as tarsy:
+                        token = tarsy.api_token()
+                        for index in range(rounds):
+                            result = concurrent_round(tarsy, token, size, alert_type)
+                            results.setdefault((scenario, label, size), []).append(result)
+                            firsts = result["first_item_s"]
+                            print(
+                                f"{scenario:<11}{label:<14}{size:>3}{index + 1:>6}"
+                                f"{result['per_session_mb']:>12.1f}{result['idle_mb']:>9.0f}"
+                                f"{result['servers']:>10}{result['wall_s']:>8.1f}"
+                                f"{statistics.median(firsts):>18.2f} / "
+                                f"{percentile(firsts, 0.95):.2f}"
+                            )
     print("\nratios shared / per-execution (medians over rounds):")
-    for size in sizes:
-        old, new = results[("per-execution", size)], results[("shared", size)]
 
-        def median_of(rows, key):
-            return statistics.median(r[key] for r in rows)
+    def median_of(rows, key):
+        return statistics.median(r[key] for r in rows)
 
-        def median_first(rows):
-            return statistics.median(v for r in rows for v in r["first_item_s"])
+    def median_first(rows):
+        return statistics.median(v for r in rows for v in r["first_item_s"])
 
-        print(
-            f"  N={size}: RSS/investigation {median_of(new, 'per_session_mb'):.1f} / "
-            f"{median_of(old, 'per_session_mb'):.1f} MB = "
-            f"{median_of(new, 'per_session_mb') / max(median_of(old, 'per_session_mb'), 0.1):.2f};"
-            f" wall {median_of(new, 'wall_s') / median_of(old, 'wall_s'):.2f};"
-            f" first item {median_first(new) / median_first(old):.2f}"
-        )
+    for scenario in SCENARIOS:
+        for size in sizes:
+            old = results[(scenario, "per-execution", size)]
+            new = results[(scenario, "shared", size)]
+            print(
+                f"  {scenario}, N={size}: peak MB/investigation "
+                f"{median_of(new, 'per_session_mb'):.0f} / {median_of(old, 'per_session_mb'):.0f}"
+                f" = {median_of(new, 'per_session_mb') / median_of(old, 'per_session_mb'):.2f};"
+                f" MCP processes {median_of(new, 'servers'):.0f} / {median_of(old, 'servers'):.0f};"
+                f" wall {median_of(new, 'wall_s') / median_of(old, 'wall_s'):.2f};"
+                f" first item {median_first(new) / median_first(old):.2f}"
+            )
 
 
 # --- part 2 -------------------------------------------------------------------------------------
@@ -237,7 +275,7 @@ def first_session(warm: str, trials: int) -> list[float]:
                 }
                 with deployment(tmp_path, provider=provider, extra_env=env) as tarsy:
                     token = tarsy.api_token()
-                    time.sleep(1.0)  # the cluster has forked its worker
+                    wait_for_workers(tarsy, token)
                     epoch = time.time()
                     key, _ = submit(tarsy, token)
                     deadline = time.monotonic() + 120
