@@ -14,7 +14,7 @@ from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_GET, require_POST
 
 from agents.config import get_config
-from sessions import selectors, services
+from sessions import search, selectors, services
 from sessions.auth import api_view
 from sessions.intake import ALLOWED_FIELDS, AlertRejected, read_json_body, validate_alert
 from sessions.models import AgentExecution, AlertSession, SessionStatus, TimelineEvent
@@ -201,10 +201,14 @@ def session_list(request: HttpRequest) -> JsonResponse:
             f"unknown status {', '.join(sorted(unknown))}; allowed: {', '.join(SessionStatus.values)}",
             400,
         )
+    query = None
+    if text := request.GET.get("search", "").strip():
+        try:
+            query = search.Query.parse(text)
+        except search.SearchError as exc:
+            return _error(f"search: {exc}", 400)
     sessions = selectors.session_list(
-        statuses=statuses,
-        alert_type=request.GET.get("alert_type", ""),
-        search=request.GET.get("search", ""),
+        statuses=statuses, alert_type=request.GET.get("alert_type", ""), query=query
     )
     result = selectors.session_page(sessions, page=page, page_size=page_size)
     return JsonResponse(

@@ -17,9 +17,11 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.http import QueryDict
 
-from sessions import live, selectors
+from sessions import listing, live, selectors
 from sessions.auth import user_still_allowed
+from sessions.listing import ListState
 from sessions.models import AgentExecution, AlertSession, ExecutionStatus, SessionEventType, Stage
 from sessions.relay import LIST_GROUP, ensure_relay_running, event_message, session_group
 
@@ -147,10 +149,14 @@ class SessionConsumer(_LiveConsumer):
             session = AlertSession.objects.get(id=self.session_id)
             return live.session_fragments(event, session, selectors.session_usage(session))
         if kind == SessionEventType.STAGE_STATUS:
-            stage = Stage.objects.filter(id=payload["stage_id"]).first()
+            stage = Stage.objects.select_related("session").filter(id=payload["stage_id"]).first()
             if stage is None:
                 return ""
-            return live.stage_fragment(stage, created=payload["status"] == ExecutionStatus.ACTIVE)
+            created = payload["status"] == ExecutionStatus.ACTIVE
+            html = live.stage_fragment(stage, created=created)
+            if created:  # "stage 2 of 3" in the header moves on
+                html += live.stage_progress_fragment(stage.session)
+            return html
         if kind == SessionEventType.EXECUTION_STATUS:
             execution = (
                 AgentExecution.objects.select_related("stage")
@@ -163,14 +169,21 @@ class SessionConsumer(_LiveConsumer):
                 "cancel_requested"
             )
             return live.execution_fragment(execution, created=created)
-        return live.session_fragments(event, None)
+        html = live.session_fragments(event, None)
+        if kind == SessionEventType.TIMELINE_COMPLETED:
+            # An LLM call has just been recorded with its item: the token meter moves.
+            html += live.usage_fragment(selectors.session_usage_by_id(self.session_id))
+        return html
 
 
 class SessionListConsumer(_LiveConsumer):
-    """Follows the session list: rows appear and change status as sessions move."""
+    """Follows the session list: the panels change as sessions move, and an ended
+    session's row appears when it matches the page's filters (its query string)."""
 
     async def setup(self) -> bool:
         self.group = LIST_GROUP
+        query = QueryDict(self.scope.get("query_string", b"").decode("utf-8", "replace"))
+        self.state = ListState.from_query(query)
         return True
 
     async def replay(self, cursor: int) -> list[dict[str, Any]] | None:
@@ -187,5 +200,13 @@ class SessionListConsumer(_LiveConsumer):
         return await sync_to_async(load)()
 
     async def render(self, event: dict[str, Any]) -> str:
-        session = await sync_to_async(AlertSession.objects.filter(id=event["session_id"]).first)()
-        return live.list_fragment(session) if session else ""
+        return await sync_to_async(self._render)(event)
+
+    def _render(self, event: dict[str, Any]) -> str:
+        session = AlertSession.objects.filter(id=event["session_id"]).first()
+        if session is None:
+            return ""
+        row = ""
+        if session.is_terminal and listing.matches(self.state, session.id):
+            row = "upsert" if self.state.is_default_view else "update"
+        return live.list_fragments(session, selectors.session_panels(), row=row)

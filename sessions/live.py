@@ -44,10 +44,22 @@ class TimelineItem:
     metadata: dict[str, Any] = field(default_factory=dict)
     sequence_number: int = 0
     execution_id: int | None = None
+    content_length: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.content_length is None:
+            self.content_length = len(self.content)
 
     @classmethod
     def from_model(cls, event, streamed: str = "") -> TimelineItem:
-        content = streamed if event.status == "streaming" else event.content
+        """From a row of ``selectors.session_timeline_for_page`` (a long tool result's
+        body left out) or a plain row."""
+        if event.status == "streaming":
+            content = streamed
+        else:
+            content = getattr(event, "page_content", None)
+            if content is None:
+                content = event.content
         return cls(
             event.id,
             event.event_type,
@@ -56,6 +68,7 @@ class TimelineItem:
             event.metadata,
             event.sequence_number,
             event.execution_id,
+            getattr(event, "content_length", None),
         )
 
     @classmethod
@@ -69,6 +82,13 @@ class TimelineItem:
             payload.get("sequence_number", 0),
             payload.get("execution_id"),
         )
+
+    @property
+    def body_inline(self) -> bool:
+        """Whether the page carries this item's body, or loads it when opened."""
+        from sessions.selectors import INLINE_RESULT_CHARS
+
+        return self.event_type != "llm_tool_call" or self.content_length <= INLINE_RESULT_CHARS
 
     @property
     def is_streaming(self) -> bool:
@@ -173,8 +193,37 @@ def session_fragments(
     return ""  # stage and execution events are rendered from their rows (consumers.py)
 
 
-def list_fragment(session: AlertSession) -> str:
-    """The session's row for the session list page."""
+def stage_progress_fragment(session: AlertSession) -> str:
     return render_to_string(
-        "sessions/partials/_session_row.html", {"session": session, "live": True}
+        "sessions/partials/_stage_progress.html", {"session": session, "live": True}
     )
+
+
+def usage_fragment(usage: dict[str, Any]) -> str:
+    return render_to_string(
+        "sessions/partials/_session_usage.html", {"usage": usage, "live_usage": True}
+    )
+
+
+def list_fragments(session: AlertSession, panels, *, row: str = "") -> str:
+    """The list page after a session's status changed: both panels, and the session's
+    history row when it has ended and belongs on the page. ``row`` is "upsert" (add it
+    at the top when the page lacks it), "update" (only where the page shows it) or ""."""
+    html = render_to_string(
+        "sessions/partials/_active_panel.html", {"panels": panels, "live": True}
+    )
+    html += render_to_string(
+        "sessions/partials/_queued_panel.html", {"panels": panels, "live": True}
+    )
+    if row:
+        # In a <template> of its own: a <tr> after the panels' <section>s would be
+        # dropped by the HTML parser; htmx swaps what a template holds, out of band.
+        html += (
+            "<template>"
+            + render_to_string(
+                "sessions/partials/_session_row.html",
+                {"session": session, "live": True, "upsert": row == "upsert"},
+            )
+            + "</template>"
+        )
+    return html

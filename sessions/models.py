@@ -75,6 +75,10 @@ class AlertSession(models.Model):
     # When a task to run this pending session was last queued; null while it waits for
     # room under TARSY_MAX_CONCURRENT_SESSIONS with no task queued.
     enqueued_at = models.DateTimeField(null=True, blank=True)
+    # Running totals of the session's LLM calls, kept with each call (records.py) so the
+    # list can show and sort by them without adding up every interaction.
+    total_tokens = models.PositiveBigIntegerField(default=0)
+    estimated_cost_usd = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -83,6 +87,11 @@ class AlertSession(models.Model):
             models.Index(fields=["status", "heartbeat_at"], name="session_status_heartbeat"),
             models.Index(fields=["created_at"], name="session_created"),
             models.Index(fields=["alert_type"], name="session_alert_type"),
+            # The history's sortable columns (sessions/listing.py).
+            models.Index(fields=["author"], name="session_author"),
+            models.Index(fields=["chain_id"], name="session_chain"),
+            models.Index(fields=["total_tokens"], name="session_tokens"),
+            models.Index(fields=["estimated_cost_usd"], name="session_cost"),
         ]
 
     def __str__(self) -> str:
@@ -286,6 +295,8 @@ class LLMInteraction(models.Model):
     class Meta:
         ordering = ["id"]
         verbose_name = "LLM interaction"
+        # The usage page filters every call by a time window (sessions/usage.py).
+        indexes = [models.Index(fields=["created_at"], name="llm_interaction_created")]
 
     def __str__(self) -> str:
         return f"{self.provider}/{self.model_name} {self.interaction_type}"
@@ -410,3 +421,18 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
+
+
+class SessionSearch(models.Model):
+    """What full-text search reads for one session: its alert, analysis, executive summary
+    and timeline, written at submission and again when the session ends.
+
+    The index is the database's own (sessions/search.py): an FTS5 table kept by triggers
+    on SQLite, a GIN expression index on PostgreSQL; both created in migration 0006.
+    """
+
+    session = models.OneToOneField(AlertSession, on_delete=models.CASCADE, related_name="search")
+    body = models.TextField()
+
+    def __str__(self) -> str:
+        return f"search text of {self.session_id}"

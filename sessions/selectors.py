@@ -8,18 +8,22 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Case, Count, F, Q, QuerySet, Sum, TextField, Value, When
+from django.db.models.functions import Length
 from django.utils import timezone
 
+from sessions import search
 from sessions.models import (
     RUNNING_SESSION_STATUSES,
     AgentExecution,
     AlertSession,
+    LLMInteraction,
     SessionEvent,
     SessionEventType,
     SessionStatus,
     Stage,
     TimelineEvent,
+    TimelineEventType,
     WorkerCluster,
 )
 
@@ -28,17 +32,15 @@ MAX_PAGE_SIZE = 100
 
 
 def session_list(
-    *, statuses: list[str] | None = None, alert_type: str = "", search: str = ""
+    *, statuses: list[str] | None = None, alert_type: str = "", query: search.Query | None = None
 ) -> QuerySet[AlertSession]:
     sessions = AlertSession.objects.all().order_by("-created_at")
     if statuses:
         sessions = sessions.filter(status__in=statuses)
     if alert_type:
         sessions = sessions.filter(alert_type=alert_type)
-    if search:
-        sessions = sessions.filter(alert_data__icontains=search) | sessions.filter(
-            final_analysis__icontains=search
-        )
+    if query:
+        sessions = search.matching(sessions, query)
     return sessions.defer("alert_data", "final_analysis")
 
 
@@ -78,6 +80,51 @@ def active_sessions() -> QuerySet[AlertSession]:
     )
 
 
+PANEL_LIMIT = 50
+
+
+@dataclass
+class Panels:
+    """The list page's Active and Queued panels: what runs now, and what waits, in order."""
+
+    active: list[AlertSession]
+    active_total: int
+    queued: list[AlertSession]
+    queued_total: int
+
+
+def session_panels() -> Panels:
+    active = list(
+        AlertSession.objects.filter(status__in=RUNNING_SESSION_STATUSES)
+        .order_by("started_at", "created_at")
+        .only("id", "alert_type", "chain_id", "author", "status", "created_at", "started_at")[
+            :PANEL_LIMIT
+        ]
+    )
+    queued = list(
+        AlertSession.objects.filter(status=SessionStatus.PENDING)
+        .order_by("created_at", "id")
+        .only("id", "alert_type", "chain_id", "author", "status", "created_at")[:PANEL_LIMIT]
+    )
+    current: dict[Any, Stage] = {}
+    for stage in Stage.objects.filter(session__in=[s.id for s in active]).order_by("-index"):
+        current.setdefault(stage.session_id, stage)
+    for session in active:
+        session.current_stage = current.get(session.id)
+    for position, session in enumerate(queued, start=1):
+        session.queue_position = position
+    return Panels(
+        active=active,
+        active_total=len(active)
+        if len(active) < PANEL_LIMIT
+        else AlertSession.objects.filter(status__in=RUNNING_SESSION_STATUSES).count(),
+        queued=queued,
+        queued_total=len(queued)
+        if len(queued) < PANEL_LIMIT
+        else AlertSession.objects.filter(status=SessionStatus.PENDING).count(),
+    )
+
+
 def session_stages(session: AlertSession) -> list[Stage]:
     return list(session.stages.order_by("index", "id"))
 
@@ -90,9 +137,35 @@ def session_timeline(session: AlertSession) -> list[TimelineEvent]:
     return list(session.timeline.select_related("stage").order_by("id"))
 
 
+# A tool result longer than this is not in the session page; it loads when opened.
+INLINE_RESULT_CHARS = 1000
+
+
+def session_timeline_for_page(session: AlertSession) -> list[TimelineEvent]:
+    """The timeline without the bodies of long tool results (``content`` is empty for
+    them; ``content_length`` says how long they are)."""
+    long_result = Q(event_type=TimelineEventType.LLM_TOOL_CALL) & Q(
+        content_length__gt=INLINE_RESULT_CHARS
+    )
+    return list(
+        session.timeline.order_by("id")
+        .annotate(content_length=Length("content"))
+        .annotate(
+            page_content=Case(
+                When(long_result, then=Value("")), default=F("content"), output_field=TextField()
+            )
+        )
+        .defer("content")
+    )
+
+
 def session_usage(session: AlertSession) -> dict[str, Any]:
+    return session_usage_by_id(session.id)
+
+
+def session_usage_by_id(session_id: Any) -> dict[str, Any]:
     """Token totals and estimated cost (None when no call had a configured rate)."""
-    totals = session.llm_interactions.aggregate(
+    totals = LLMInteraction.objects.filter(session_id=session_id).aggregate(
         input_tokens=Sum("input_tokens"),
         output_tokens=Sum("output_tokens"),
         thinking_tokens=Sum("thinking_tokens"),

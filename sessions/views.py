@@ -2,28 +2,64 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from agents.config import get_config
-from sessions import selectors, services
+from sessions import listing, selectors, services
 from sessions.forms import AlertForm
+from sessions.listing import ListState
 from sessions.live import TimelineItem, session_tree
-from sessions.models import AgentExecution, AlertSession, TimelineEventStatus
+from sessions.models import AgentExecution, AlertSession, TimelineEvent, TimelineEventStatus
+from sessions.system_status import system_status
 
 
 def session_list(request: HttpRequest) -> HttpResponse:
+    """Active and queued panels, and the history with its filters, search, sort and page
+    (all in the URL). An htmx request from the filters gets the live part alone."""
+    state = ListState.from_query(request.GET)
     # Read the cursor before the rows: the socket replays everything after it, so the
     # page can only be ahead of the cursor, never behind.
     cursor = selectors.latest_event_id()
-    sessions = selectors.session_page(selectors.session_list(), page=1, page_size=50)
-    return render(request, "sessions/list.html", {"sessions": sessions, "cursor": cursor})
+    context = {
+        "state": state,
+        "cursor": cursor,
+        "panels": selectors.session_panels(),
+        "history": listing.history_page(state),
+        "history_columns": listing.COLUMNS,
+    }
+    if request.htmx and not request.htmx.history_restore_request:
+        response = render(request, "sessions/partials/_list_live.html", context)
+        # The address bar gets the canonical URL (no empty fields) rather than the form's.
+        response["HX-Push-Url"] = request.path + (f"?{state.params()}" if state.params() else "")
+        return response
+    config = get_config()
+    context["filters"] = {
+        "statuses": listing.status_choices(),
+        "alert_types": sorted(config.alert_types),
+        "chains": sorted(config.chains),
+        "ranges": [
+            ("", "Any time"),
+            ("1h", "Last hour"),
+            ("24h", "Last 24 hours"),
+            ("7d", "Last 7 days"),
+            ("30d", "Last 30 days"),
+            ("custom", "Custom…"),
+        ],
+        "page_sizes": listing.PAGE_SIZES,
+    }
+    return render(request, "sessions/list.html", context)
 
 
 @require_http_methods(["GET", "POST"])
 def session_new(request: HttpRequest) -> HttpResponse:
-    form = AlertForm(request.POST or None)
+    """The alert form; ``?from=<session id>`` pre-fills it with that session's alert
+    (re-submit)."""
+    initial, problem = _resubmitted(request.GET.get("from", ""))
+    form = AlertForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
             session = services.session_create(
@@ -38,18 +74,44 @@ def session_new(request: HttpRequest) -> HttpResponse:
             form.add_error(None, f"{exc}; nothing was stored, submit it again.")
             return render(request, "sessions/new.html", {"form": form}, status=503)
         return redirect("sessions:detail", session_id=session.id)
-    return render(request, "sessions/new.html", {"form": form}, status=400 if form.errors else 200)
+    return render(
+        request,
+        "sessions/new.html",
+        {"form": form, "resubmit_problem": problem, "resubmitting": bool(initial)},
+        status=400 if form.errors else 200,
+    )
+
+
+def _resubmitted(session_id: str) -> tuple[dict, str]:
+    if not session_id:
+        return {}, ""
+    try:
+        session = AlertSession.objects.filter(id=uuid.UUID(session_id[:40])).first()
+    except ValueError:
+        session = None
+    if session is None:
+        return {}, "The session to re-submit was not found; the form has the example alert."
+    selection = session.mcp_selection or {}
+    servers = [s["name"] for s in selection.get("servers", [])]
+    tools = [f"{s['name']}.{t}" for s in selection.get("servers", []) for t in s.get("tools", [])]
+    return {
+        "alert_type": session.alert_type,
+        "data": session.alert_data,
+        "runbook": session.runbook,
+        "mcp_servers": servers,
+        "mcp_tools": tools,
+    }, ""
 
 
 def system(request: HttpRequest) -> HttpResponse:
-    servers = selectors.mcp_servers_health(list(get_config().mcp_servers))
-    return render(request, "sessions/system.html", {"servers": servers})
+    status = system_status(get_config())
+    return render(request, "sessions/system.html", {"status": status})
 
 
 def session_detail(request: HttpRequest, session_id) -> HttpResponse:
     cursor = selectors.latest_event_id()
     session = get_object_or_404(AlertSession, id=session_id)
-    timeline = selectors.session_timeline(session)
+    timeline = selectors.session_timeline_for_page(session)
     streaming = [e.id for e in timeline if e.status == TimelineEventStatus.STREAMING]
     streamed = selectors.streamed_text(streaming, up_to_event_id=cursor)
     items = [TimelineItem.from_model(e, streamed.get(e.id, "")) for e in timeline]
@@ -66,6 +128,22 @@ def session_detail(request: HttpRequest, session_id) -> HttpResponse:
             "usage": selectors.session_usage(session),
             "uses_demo_provider": any(e.llm_backend == "scripted" for e in executions),
         },
+    )
+
+
+BODY_PREVIEW_CHARS = 4000
+
+
+def item_body(request: HttpRequest, item_id: int) -> HttpResponse:
+    """A timeline item's body, loaded when its tool result is opened: the first
+    ``BODY_PREVIEW_CHARS`` characters, or all of it with ``?all=1``."""
+    item = get_object_or_404(TimelineEvent.objects.only("id", "content"), id=item_id)
+    show_all = request.GET.get("all") == "1"
+    text = item.content if show_all else item.content[:BODY_PREVIEW_CHARS]
+    return render(
+        request,
+        "sessions/partials/_item_body.html",
+        {"item": item, "text": text, "cut": len(item.content) - len(text)},
     )
 
 

@@ -146,6 +146,21 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    # Rendered HTML of finished timeline items (they never change), per process:
+    # TARSY_FRAGMENT_CACHE_ITEMS of them, least recently used dropped first.
+    "fragments": {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": "tarsy-fragments",
+        "TIMEOUT": None,
+        "OPTIONS": {
+            "MAX_ENTRIES": env_int("TARSY_FRAGMENT_CACHE_ITEMS", 20000),
+            "CULL_FREQUENCY": 4,
+        },
+    },
+}
+
 # One daphne process: the in-memory layer is enough, because the relay in each daphne
 # process reads the shared event log and fans out locally (the worker never talks to
 # the channel layer).

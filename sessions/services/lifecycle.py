@@ -14,11 +14,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from sessions import search
 from sessions.models import (
     RUNNING_SESSION_STATUSES,
     AgentExecution,
     AlertSession,
     ExecutionStatus,
+    SessionSearch,
     SessionStatus,
     Stage,
     TimelineEventStatus,
@@ -61,6 +63,7 @@ def session_create(
             mcp_selection=mcp_selection,
             enqueued_at=timezone.now(),
         )
+        SessionSearch.objects.create(session=session, body=search.document(session, []))
         publish_session_status(session.id)
         session_enqueue(session_id=session.id)
     return session
@@ -149,9 +152,19 @@ def session_end(
             completed_at=timezone.now(),
             lease_token=None,
         )
+        search_text_update(lease.session_id)
         publish_session_status(lease.session_id)
         # A slot is free: a session waiting for one gets its task now.
         transaction.on_commit(sessions_dispatch_waiting)
+
+
+def search_text_update(session_id: Any) -> None:
+    """What the session is found by, now that it has an analysis and a timeline."""
+    session = AlertSession.objects.get(id=session_id)
+    texts = session.timeline.order_by("id").values_list("content", flat=True)
+    SessionSearch.objects.update_or_create(
+        session=session, defaults={"body": search.document(session, list(texts))}
+    )
 
 
 CANCEL_REASON_LIMIT = 500  # characters; TARSy users know this cap

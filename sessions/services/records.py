@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from sessions.models import (
     AgentExecution,
+    AlertSession,
     ExecutionStatus,
     LLMInteraction,
     MCPInteraction,
@@ -414,9 +418,24 @@ def llm_interaction_create(
 ) -> LLMInteraction:
     with transaction.atomic():
         hold(lease)
-        return LLMInteraction.objects.create(
+        interaction = LLMInteraction.objects.create(
             session_id=execution.session_id, execution=execution, **fields
         )
+        _session_totals_add(interaction)
+        return interaction
+
+
+def _session_totals_add(interaction: LLMInteraction) -> None:
+    """Keep the session's token and cost totals with each call (the list sorts by them)."""
+    cost = interaction.estimated_cost_usd
+    AlertSession.objects.filter(id=interaction.session_id).update(
+        total_tokens=F("total_tokens") + interaction.total_tokens,
+        estimated_cost_usd=(
+            F("estimated_cost_usd")
+            if cost is None
+            else Coalesce("estimated_cost_usd", Value(Decimal(0))) + cost
+        ),
+    )
 
 
 def mcp_interaction_create(

@@ -215,8 +215,7 @@ def test_google_native_investigation_streams_thinking_live(tmp_path, playwright)
                     assert json.loads(call.locator("pre.arguments").text_content()) == {
                         "namespace": "payments"
                     }
-                pods = tool_calls.nth(0).locator(".result pre").text_content()
-                events = tool_calls.nth(1).locator(".result pre").text_content()
+                pods, events = (_open_result(tool_calls.nth(n)) for n in range(2))
                 assert "payments-api-7d9f8b6c5d-x2k4p" in pods
                 assert "CrashLoopBackOff" in pods
                 assert "Back-off restarting failed container payments-api" in events
@@ -313,3 +312,11 @@ def assert_interactions(interactions: list[dict[str, Any]]) -> None:
             usage["candidatesTokenCount"] + usage["thoughtsTokenCount"]
         )
         assert interaction["total_tokens"] == usage["totalTokenCount"]
+
+
+def _open_result(call) -> str:
+    """A tool call's result: opened (a long one loads then), read, closed again."""
+    call.locator("details.result > summary").click()
+    text = call.locator(".result .body-loaded pre").text_content()
+    call.locator("details.result > summary").click()
+    return text

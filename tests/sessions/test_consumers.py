@@ -143,9 +143,44 @@ async def test_the_session_list_follows_status_changes(user):
     )
     messages = await receive_until_quiet(communicator, quiet_for=1)
     assert len(messages) == 1
-    assert f'id="session-row-{session.id}"' in messages[0]
-    assert 'data-status="pending"' in messages[0]
+    assert f'id="queued-{session.id}"' in messages[0]  # waiting: in the Queued panel
+    assert "session-row-" not in messages[0]
+
+    claim = await sync_to_async(services.session_claim)(session_id=session.id, worker_id="w")
+    (message,) = await receive_until_quiet(communicator, quiet_for=1)
+    assert f'id="active-{session.id}"' in message
+    assert f'id="queued-{session.id}"' not in message
+
+    await sync_to_async(services.session_end)(lease=claim.lease, status="completed")
+    (message,) = await receive_until_quiet(communicator, quiet_for=1)
+    assert f'id="active-{session.id}"' not in message
+    # Ended: its history row, which the page adds at the top.
+    assert f'id="session-row-{session.id}"' in message
+    assert 'data-upsert-into="#session-rows"' in message
+    assert 'data-status="completed"' in message
     await communicator.disconnect()
+
+
+async def test_a_filtered_session_list_gets_only_the_rows_it_shows(user):
+    failed_only = await connect(user, "/ws/sessions/?status=failed")
+    by_alice_page_2 = await connect(user, "/ws/sessions/?author=alice&page=2")
+    for communicator in (failed_only, by_alice_page_2):
+        await communicator.send_json_to({"action": "subscribe", "last_event_id": 0})
+    session = await sync_to_async(services.session_create)(
+        alert_type="kubernetes", alert_data="d", chain_id="kubernetes-investigation", author="alice"
+    )
+    claim = await sync_to_async(services.session_claim)(session_id=session.id, worker_id="w")
+    await sync_to_async(services.session_end)(lease=claim.lease, status="completed")
+
+    messages = await receive_until_quiet(failed_only, quiet_for=1)
+    assert len(messages) == 3  # queued, running, ended: the panels follow every session
+    assert not any("session-row-" in m for m in messages)  # but it did not fail
+    *_, ended = await receive_until_quiet(by_alice_page_2, quiet_for=1)
+    # It matches, but page 2 has no place for it: only a row already shown is updated.
+    assert f'id="session-row-{session.id}"' in ended
+    assert "data-upsert-into" not in ended
+    for communicator in (failed_only, by_alice_page_2):
+        await communicator.disconnect()
 
 
 async def test_anonymous_users_are_refused():
@@ -212,3 +247,53 @@ async def test_stages_and_agents_arrive_as_sections_cards_and_header_updates(use
     assert f'id="execution-{execution.id}-header"' in card_header
     assert f'id="execution-{execution.id}-items"' not in card_header
     assert 'data-status="completed"' in card_header
+
+
+async def test_the_header_follows_stage_progress_and_the_token_meter(user):
+    session, session_lease = await sync_to_async(running_session)(
+        chain_id="kubernetes-investigation"
+    )
+    communicator = await connect(user, f"/ws/sessions/{session.id}/")
+    await communicator.send_json_to({"action": "subscribe", "last_event_id": 0})
+    await receive_until_quiet(communicator)
+
+    stage = await sync_to_async(services.stage_start)(
+        lease=session_lease, name="Investigation", index=0
+    )
+    messages = await receive_until_quiet(communicator)
+    progress = [m for m in messages if 'id="stage-progress"' in m]
+    assert len(progress) == 1
+    assert "stage 1 of" in progress[0]
+
+    execution = await sync_to_async(services.execution_start)(
+        lease=session_lease,
+        stage=stage,
+        agent_name="KubernetesAgent",
+        agent_index=1,
+        llm_backend="scripted",
+        llm_provider="demo",
+        model_name="demo",
+    )
+    item = await sync_to_async(services.timeline_event_add)(
+        lease=session_lease,
+        event_type=TimelineEventType.LLM_RESPONSE,
+        status=TimelineEventStatus.STREAMING,
+    )
+    await sync_to_async(services.llm_interaction_create)(
+        lease=session_lease,
+        execution=execution,
+        provider="demo",
+        backend="scripted",
+        input_tokens=120,
+        output_tokens=30,
+        total_tokens=150,
+    )
+    await receive_until_quiet(communicator)
+    await sync_to_async(services.timeline_event_complete)(
+        lease=session_lease, event=item, content="done"
+    )
+    messages = await receive_until_quiet(communicator)
+    meter = [m for m in messages if 'id="session-usage"' in m]
+    assert len(meter) == 1
+    assert "1 LLM call, 120 in / 30 out tokens" in meter[0]
+    await communicator.disconnect()

@@ -99,14 +99,15 @@ def test_the_session_page_shows_streamed_text_up_to_its_cursor(user):
     assert f'ws-connect="/ws/sessions/{session.id}/"' in page
 
 
-def test_the_session_list_shows_sessions(user):
+def test_the_session_list_shows_queued_sessions_in_their_panel(user):
     session = services.session_create(
         alert_type="kubernetes", alert_data="d", chain_id="kubernetes-investigation", author="a"
     )
     client = Client()
     client.force_login(user)
     page = client.get("/").content.decode()
-    assert f'id="session-row-{session.id}"' in page
+    assert f'id="queued-{session.id}"' in page
+    assert f'id="session-row-{session.id}"' not in page  # the history has ended ones
     assert 'ws-connect="/ws/sessions/"' in page
 
 
