@@ -95,6 +95,8 @@ def test_a_long_tool_result_is_left_out_of_the_page_and_loads_on_demand(client):
     assert "line of pod output" not in page
     assert f'hx-get="/items/{call.id}/body/"' in page
     assert "tiny result" in page  # short results stay inline
+    # Arguments show at once and fold away.
+    assert '<details class="arguments" open><summary>Arguments</summary>' in page
     assert f"/items/{short.id}/body/" not in page
     assert len(long_result) > INLINE_RESULT_CHARS
 
