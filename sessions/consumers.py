@@ -10,6 +10,7 @@ reload instead.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from typing import Any
@@ -172,7 +173,7 @@ class SessionConsumer(_LiveConsumer):
         html = live.session_fragments(event, None)
         if kind == SessionEventType.TIMELINE_COMPLETED:
             # An LLM call has just been recorded with its item: the token meter moves.
-            html += live.usage_fragment(selectors.session_usage_by_id(self.session_id))
+            html += _usage_html(event["id"], self.session_id)
         return html
 
 
@@ -206,7 +207,21 @@ class SessionListConsumer(_LiveConsumer):
         session = AlertSession.objects.filter(id=event["session_id"]).first()
         if session is None:
             return ""
-        row = ""
+        html = _panels_html(event["id"], session.id)
         if session.is_terminal and listing.matches(self.state, session.id):
-            row = "upsert" if self.state.is_default_view else "update"
-        return live.list_fragments(session, selectors.session_panels(), row=row)
+            # Only the row depends on this page's filters: new at the top of page 1 of
+            # the default view, else an update of a row the page already shows.
+            html += live.row_fragment(session, upsert=self.state.is_default_view)
+        return html
+
+
+# Every list socket in this process gets the same panels for an event, and every socket
+# on one session the same token meter: each is rendered once per event, not per socket.
+@functools.lru_cache(maxsize=16)
+def _panels_html(event_id: int, session_id: Any) -> str:
+    return live.panels_fragment(selectors.session_panels())
+
+
+@functools.lru_cache(maxsize=16)
+def _usage_html(event_id: int, session_id: Any) -> str:
+    return live.usage_fragment(selectors.session_usage_by_id(session_id))

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import uuid
+
 from django import forms
 
 from agents.config import get_config
@@ -93,3 +95,26 @@ class AlertForm(forms.Form):
             except AlertRejected as rejected:
                 raise forms.ValidationError(str(rejected)) from None
         return cleaned
+
+
+def resubmitted_alert(session_id: str) -> tuple[dict, str]:
+    """The form's initial values for re-submitting a session's alert (its type, data,
+    runbook and MCP choice), or a problem to show when there is no such session."""
+    from sessions.models import AlertSession
+
+    if not session_id:
+        return {}, ""
+    try:
+        session = AlertSession.objects.filter(id=uuid.UUID(session_id[:40])).first()
+    except ValueError:
+        session = None
+    if session is None:
+        return {}, "The session to re-submit was not found; the form has the example alert."
+    servers = (session.mcp_selection or {}).get("servers", [])
+    return {
+        "alert_type": session.alert_type,
+        "data": session.alert_data,
+        "runbook": session.runbook,
+        "mcp_servers": [server["name"] for server in servers],
+        "mcp_tools": [f"{s['name']}.{tool}" for s in servers for tool in s.get("tools", [])],
+    }, ""

@@ -205,25 +205,20 @@ def usage_fragment(usage: dict[str, Any]) -> str:
     )
 
 
-def list_fragments(session: AlertSession, panels, *, row: str = "") -> str:
-    """The list page after a session's status changed: both panels, and the session's
-    history row when it has ended and belongs on the page. ``row`` is "upsert" (add it
-    at the top when the page lacks it), "update" (only where the page shows it) or ""."""
+def panels_fragment(panels) -> str:
     html = render_to_string(
         "sessions/partials/_active_panel.html", {"panels": panels, "live": True}
     )
-    html += render_to_string(
+    return html + render_to_string(
         "sessions/partials/_queued_panel.html", {"panels": panels, "live": True}
     )
-    if row:
-        # In a <template> of its own: a <tr> after the panels' <section>s would be
-        # dropped by the HTML parser; htmx swaps what a template holds, out of band.
-        html += (
-            "<template>"
-            + render_to_string(
-                "sessions/partials/_session_row.html",
-                {"session": session, "live": True, "upsert": row == "upsert"},
-            )
-            + "</template>"
-        )
-    return html
+
+
+def row_fragment(session: AlertSession, *, upsert: bool) -> str:
+    """A history row for the list page. In a <template> of its own: a <tr> after the
+    panels' <section>s would be dropped by the HTML parser; live.js unwraps it."""
+    row = render_to_string(
+        "sessions/partials/_session_row.html",
+        {"session": session, "live": True, "upsert": upsert},
+    )
+    return f"<template>{row}</template>"

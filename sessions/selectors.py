@@ -125,6 +125,18 @@ def session_panels() -> Panels:
     )
 
 
+def stage_progress(session: AlertSession) -> str:
+    """``stage 2 of 3`` once a chain has started: its investigation and action stages so
+    far (synthesis and the executive summary are steps, not stages of the chain)."""
+    from agents.config import get_config
+
+    started = session.stages.exclude(stage_type__in=("exec_summary", "synthesis")).count()
+    chain = get_config().chains.get(session.chain_id)
+    if not started or chain is None:
+        return ""
+    return f"stage {started} of {len(chain.stages)}"
+
+
 def session_stages(session: AlertSession) -> list[Stage]:
     return list(session.stages.order_by("index", "id"))
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
-
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from agents.config import get_config
 from sessions import listing, selectors, services
-from sessions.forms import AlertForm
+from sessions.forms import AlertForm, resubmitted_alert
 from sessions.listing import ListState
 from sessions.live import TimelineItem, session_tree
 from sessions.models import AgentExecution, AlertSession, TimelineEvent, TimelineEventStatus
@@ -58,7 +56,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
 def session_new(request: HttpRequest) -> HttpResponse:
     """The alert form; ``?from=<session id>`` pre-fills it with that session's alert
     (re-submit)."""
-    initial, problem = _resubmitted(request.GET.get("from", ""))
+    initial, problem = resubmitted_alert(request.GET.get("from", ""))
     form = AlertForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
@@ -80,27 +78,6 @@ def session_new(request: HttpRequest) -> HttpResponse:
         {"form": form, "resubmit_problem": problem, "resubmitting": bool(initial)},
         status=400 if form.errors else 200,
     )
-
-
-def _resubmitted(session_id: str) -> tuple[dict, str]:
-    if not session_id:
-        return {}, ""
-    try:
-        session = AlertSession.objects.filter(id=uuid.UUID(session_id[:40])).first()
-    except ValueError:
-        session = None
-    if session is None:
-        return {}, "The session to re-submit was not found; the form has the example alert."
-    selection = session.mcp_selection or {}
-    servers = [s["name"] for s in selection.get("servers", [])]
-    tools = [f"{s['name']}.{t}" for s in selection.get("servers", []) for t in s.get("tools", [])]
-    return {
-        "alert_type": session.alert_type,
-        "data": session.alert_data,
-        "runbook": session.runbook,
-        "mcp_servers": servers,
-        "mcp_tools": tools,
-    }, ""
 
 
 def system(request: HttpRequest) -> HttpResponse:

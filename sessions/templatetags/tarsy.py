@@ -128,14 +128,9 @@ def alert_format(data: str) -> dict[str, str]:
 
 @register.simple_tag
 def stage_progress(session) -> str:
-    """``stage 2 of 3`` while a chain runs, from its stages so far and its configuration."""
-    from agents.config import get_config
+    from sessions.selectors import stage_progress as progress
 
-    started = session.stages.exclude(stage_type__in=("exec_summary", "synthesis")).count()
-    chain = get_config().chains.get(session.chain_id)
-    if not started or chain is None:
-        return ""
-    return f"stage {started} of {len(chain.stages)}"
+    return progress(session)
 
 
 @register.simple_tag

@@ -276,6 +276,19 @@ def log_in(page, base_url: str) -> None:
     page.wait_for_url(f"{base_url}/")
 
 
+DEMO_ALERT = "alert: PodCrashLooping\nnamespace: payments\ndeployment: payments-api"
+
+
+def submit_alert(page, base_url: str, alert_type: str, data: str = DEMO_ALERT) -> str:
+    """Submit an alert through the form, as a user does; returns the new session's id."""
+    page.goto(f"{base_url}/sessions/new/")
+    page.select_option("#id_alert_type", alert_type)
+    page.fill("#id_data", data)
+    page.click("#alert-form button[type=submit]")
+    page.wait_for_url("**/sessions/*/")
+    return page.url.rstrip("/").rsplit("/", 1)[1]
+
+
 @dataclass
 class FakeGeminiProcess:
     """The fake Gemini API (``tests/llm/fakes/gemini.py``) running as its own process."""

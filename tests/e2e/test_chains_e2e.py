@@ -8,12 +8,17 @@ import time
 
 import pytest
 
-from tests.e2e.harness import demo_provider, deployment, launch_browser, log_in
+from tests.e2e.harness import (
+    demo_provider,
+    deployment,
+    launch_browser,
+    log_in,
+    submit_alert,
+)
 
 pytestmark = pytest.mark.e2e
 
 DEMO = demo_provider(chunk_delay=0.04)
-ALERT = "alert: PodCrashLooping\nnamespace: payments\ndeployment: payments-api"
 
 # Both agents of the parallel stage have text streaming at this moment, while the
 # stage is still running: they investigate side by side, live.
@@ -32,11 +37,7 @@ BOTH_STREAMING = """() => {
 
 
 def submit(page, base_url: str, alert_type: str) -> None:
-    page.goto(f"{base_url}/sessions/new/")
-    page.select_option("#id_alert_type", alert_type)
-    page.fill("#id_data", ALERT)
-    page.click("#alert-form button[type=submit]")
-    page.wait_for_url("**/sessions/*/")
+    submit_alert(page, base_url, alert_type)
     page.wait_for_selector('#live-state[data-state="live"]', timeout=30_000)
 
 

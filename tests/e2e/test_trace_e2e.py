@@ -9,12 +9,20 @@ import time
 
 import pytest
 
-from tests.e2e.harness import demo_provider, deployment, launch_browser, log_in
+from tests.e2e.harness import (
+    DEMO_ALERT as ALERT,
+)
+from tests.e2e.harness import (
+    demo_provider,
+    deployment,
+    launch_browser,
+    log_in,
+    submit_alert,
+)
 
 pytestmark = pytest.mark.e2e
 
 DEMO = demo_provider(chunk_delay=0)
-ALERT = "alert: PodCrashLooping\nnamespace: payments\ndeployment: payments-api"
 
 
 def _json(value):
@@ -40,12 +48,7 @@ def test_the_trace_shows_what_the_model_received_and_the_tool_arguments(tmp_path
         page = browser.new_page()
         try:
             log_in(page, tarsy.base_url)
-            page.goto(f"{tarsy.base_url}/sessions/new/")
-            page.select_option("#id_alert_type", "PodCrashLooping")
-            page.fill("#id_data", ALERT)
-            page.click("#alert-form button[type=submit]")
-            page.wait_for_url("**/sessions/*/")
-            session_id = page.url.rstrip("/").rsplit("/", 1)[1]
+            session_id = submit_alert(page, tarsy.base_url, "PodCrashLooping")
             key = session_id.replace("-", "")
             # Read from the database, not the session page: this test is about the trace.
             _wait_until(lambda: _status(tarsy, key) in ("completed", "failed"), timeout=60)

@@ -8,12 +8,17 @@ import re
 
 import pytest
 
-from tests.e2e.harness import demo_provider, deployment, launch_browser, log_in
+from tests.e2e.harness import (
+    demo_provider,
+    deployment,
+    launch_browser,
+    log_in,
+    submit_alert,
+)
 
 pytestmark = pytest.mark.e2e
 
 DEMO = demo_provider(chunk_delay=0)
-ALERT = "alert: PodCrashLooping\nnamespace: payments\ndeployment: payments-api"
 # Total tokens is the sixth cell of a table row (after the group, calls, input, output
 # and thinking).
 TOTAL_TOKENS_CELL = 5
@@ -30,11 +35,7 @@ def test_the_usage_page_shows_the_demo_investigations_tokens(tmp_path, playwrigh
         page = browser.new_page()
         try:
             log_in(page, tarsy.base_url)
-            page.goto(f"{tarsy.base_url}/sessions/new/")
-            page.select_option("#id_alert_type", "PodCrashLooping")
-            page.fill("#id_data", ALERT)
-            page.click("#alert-form button[type=submit]")
-            page.wait_for_url("**/sessions/*/")
+            submit_alert(page, tarsy.base_url, "PodCrashLooping")
             page.wait_for_selector('#session-status[data-status="completed"]', timeout=90_000)
 
             page.click("header.topbar nav >> text=Usage")

@@ -297,3 +297,22 @@ async def test_the_header_follows_stage_progress_and_the_token_meter(user):
     assert len(meter) == 1
     assert "1 LLM call, 120 in / 30 out tokens" in meter[0]
     await communicator.disconnect()
+
+
+async def test_the_panels_are_rendered_once_per_event_for_every_list_socket(user, monkeypatch):
+    from sessions import selectors
+
+    calls = []
+    real = selectors.session_panels
+    monkeypatch.setattr(selectors, "session_panels", lambda: calls.append(1) or real())
+    sockets = [await connect(user, "/ws/sessions/") for _ in range(3)]
+    for communicator in sockets:
+        await communicator.send_json_to({"action": "subscribe", "last_event_id": 0})
+    session = await sync_to_async(services.session_create)(
+        alert_type="kubernetes", alert_data="d", chain_id="kubernetes-investigation", author="a"
+    )
+    for communicator in sockets:
+        (message,) = await receive_until_quiet(communicator, quiet_for=1)
+        assert f'id="queued-{session.id}"' in message
+        await communicator.disconnect()
+    assert len(calls) == 1
