@@ -425,8 +425,12 @@ async def _bounded(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
     try:
         async with asyncio.timeout(settings.TARSY_LLM_CALL_TIMEOUT):
             while True:
+                # Not ``asyncio.wait_for``: on Python 3.11 it returns the delta and drops a
+                # cancellation (the session's timeout, a cancel) that lands in the same
+                # loop step, and the stream then runs on past the session's end.
                 try:
-                    delta = await asyncio.wait_for(anext(stream), stall if received else first)
+                    async with asyncio.timeout(stall if received else first):
+                        delta = await anext(stream)
                 except StopAsyncIteration:
                     return
                 received = True
