@@ -28,6 +28,7 @@ from agents.config_types import (
     SYNTHESIS,
     AgentConfig,
     ChainConfig,
+    ChatConfig,
     CostEstimation,
     CustomPattern,
     DataMasking,
@@ -37,16 +38,25 @@ from agents.config_types import (
     MCPServerConfig,
     ModelRate,
     OrchestratorConfig,
+    RunbooksConfig,
+    ScoringConfig,
+    SlackConfig,
     StageAgentConfig,
     StageConfig,
     StdioTransport,
     SubAgentRef,
     Summarization,
     SynthesisConfig,
+    SystemConfig,
     TarsyConfig,
 )
 from agents.masking.patterns import KNOWN_PATTERNS, PATTERN_GROUPS
-from agents.prompts import EXEC_SUMMARY_INSTRUCTIONS, SYNTHESIS_INSTRUCTIONS
+from agents.prompts import (
+    CHAT_INSTRUCTIONS,
+    EXEC_SUMMARY_INSTRUCTIONS,
+    SCORING_INSTRUCTIONS,
+    SYNTHESIS_INSTRUCTIONS,
+)
 from llm.types import NATIVE_TOOLS
 
 AGENT_TYPES = {
@@ -70,6 +80,17 @@ BUILTIN_AGENTS = {
         description="Writes the executive summary of an investigation.",
         custom_instructions=EXEC_SUMMARY_INSTRUCTIONS,
     ),
+    "ChatAgent": AgentConfig(
+        name="ChatAgent",
+        description="Answers follow-up questions about an ended investigation, with its tools.",
+        custom_instructions=CHAT_INSTRUCTIONS,
+    ),
+    "ScoringAgent": AgentConfig(
+        name="ScoringAgent",
+        type=SCORING,
+        description="Scores the quality of a completed investigation.",
+        custom_instructions=SCORING_INSTRUCTIONS,
+    ),
 }
 # The tool namespace of sub-agent dispatch (orchestrator.dispatch_agent, …).
 ORCHESTRATOR_SERVER = "orchestrator"
@@ -83,12 +104,26 @@ DEFAULTS_KEYS = {
     "success_policy",
     "orchestrator",
     "summarization",
+    "runbook",
 }
 DEFAULT_SUMMARIZATION_KEYS = {"llm_provider", "llm_backend"}
 ORCHESTRATOR_KEYS = {"max_concurrent_agents", "agent_timeout", "max_budget"}
 SYNTHESIS_KEYS = {"agent", "llm_provider", "llm_backend"}
 SUB_AGENT_KEYS = {"name", "max_iterations"}
-SYSTEM_KEYS = {"cost_estimation"}
+SYSTEM_KEYS = {"cost_estimation", "dashboard_url", "github", "runbooks", "slack"}
+GITHUB_KEYS = {"token_env"}
+RUNBOOKS_KEYS = {"repo_url", "cache_ttl", "allowed_domains", "max_bytes"}
+SLACK_KEYS = {"enabled", "token_env", "channel", "api_url"}
+CHAT_KEYS = {
+    "enabled",
+    "agent",
+    "llm_provider",
+    "llm_backend",
+    "mcp_servers",
+    "max_iterations",
+    "sub_agents",
+}
+SCORING_KEYS = {"enabled", "agent", "llm_provider", "llm_backend"}
 COST_KEYS = {"enabled", "model_rates"}
 RATE_KEYS = {"input_per_million", "output_per_million"}
 FALLBACK_KEYS = {"provider", "backend"}
@@ -135,6 +170,8 @@ CHAIN_KEYS = {
     "fallback_providers",
     "executive_summary_provider",
     "sub_agents",
+    "chat",
+    "scoring",
 }
 STAGE_KEYS = {
     "name",
@@ -241,6 +278,11 @@ def validate_references(
                     f"{stage_key}.synthesis.llm_backend",
                     stage.synthesis.llm_backend,
                 )
+        for part in ("chat", "scoring"):
+            level, key = getattr(chain, part), f"agent_chains.{chain.id}.{part}"
+            check(
+                f"{key}.llm_provider", level.llm_provider, f"{key}.llm_backend", level.llm_backend
+            )
         if chain.executive_summary_provider is not None:
             check(
                 f"agent_chains.{chain.id}.executive_summary_provider",
@@ -322,7 +364,74 @@ class _Parser:
         defaults = self.parse_defaults(root.get("defaults"), chains)
         system = self.mapping(root.get("system"), "system", SYSTEM_KEYS)
         cost = self.parse_cost_estimation(system.get("cost_estimation"))
-        return TarsyConfig(self.source, defaults, mcp_servers, agents, chains, cost)
+        return TarsyConfig(
+            self.source, defaults, mcp_servers, agents, chains, cost, self.parse_system(system)
+        )
+
+    def boolean(self, value: Any, key: str, default: bool) -> bool:
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.error(key, f"expected true or false, got {value!r}")
+        return value
+
+    def parse_system(self, system: dict[str, Any]) -> SystemConfig:
+        github = self.mapping(system.get("github"), "system.github", GITHUB_KEYS)
+        runbooks = self.mapping(system.get("runbooks"), "system.runbooks", RUNBOOKS_KEYS)
+        slack = self.mapping(system.get("slack"), "system.slack", SLACK_KEYS)
+        defaults = RunbooksConfig()
+        domains = self.string_list(
+            runbooks.get("allowed_domains"), "system.runbooks.allowed_domains"
+        )
+        ttl = self.duration(runbooks.get("cache_ttl"), "system.runbooks.cache_ttl")
+        slack_config = SlackConfig(
+            enabled=self.boolean(slack.get("enabled"), "system.slack.enabled", False),
+            token_env=self.string(slack.get("token_env"), "system.slack.token_env")
+            or SlackConfig.token_env,
+            channel=self.string(slack.get("channel"), "system.slack.channel") or "",
+            api_url=self.string(slack.get("api_url"), "system.slack.api_url") or "",
+        )
+        if slack_config.enabled and not slack_config.channel:
+            raise self.error("system.slack.channel", "is required when Slack is enabled")
+        return SystemConfig(
+            dashboard_url=(
+                self.string(system.get("dashboard_url"), "system.dashboard_url") or ""
+            ).rstrip("/"),
+            github_token_env=self.string(github.get("token_env"), "system.github.token_env") or "",
+            runbooks=RunbooksConfig(
+                repo_url=self.string(runbooks.get("repo_url"), "system.runbooks.repo_url") or "",
+                cache_ttl=defaults.cache_ttl if ttl is None else ttl,
+                allowed_domains=tuple(d.lower() for d in domains)
+                if domains is not None
+                else defaults.allowed_domains,
+                max_bytes=self.positive_int(runbooks.get("max_bytes"), "system.runbooks.max_bytes")
+                or defaults.max_bytes,
+            ),
+            slack=slack_config,
+        )
+
+    def parse_chat(self, raw: Any, key: str, servers: dict[str, MCPServerConfig]) -> ChatConfig:
+        body = self.mapping(raw, key, CHAT_KEYS)
+        mcp = self.string_list(body.get("mcp_servers"), f"{key}.mcp_servers")
+        self.check_servers(mcp, f"{key}.mcp_servers", servers)
+        return ChatConfig(
+            enabled=self.boolean(body.get("enabled"), f"{key}.enabled", True),
+            agent=self.string(body.get("agent"), f"{key}.agent") or ChatConfig.agent,
+            llm_provider=self.string(body.get("llm_provider"), f"{key}.llm_provider"),
+            llm_backend=self.string(body.get("llm_backend"), f"{key}.llm_backend"),
+            mcp_servers=mcp,
+            max_iterations=self.positive_int(body.get("max_iterations"), f"{key}.max_iterations"),
+            sub_agents=self.sub_agents(body.get("sub_agents"), f"{key}.sub_agents"),
+        )
+
+    def parse_scoring(self, raw: Any, key: str) -> ScoringConfig:
+        body = self.mapping(raw, key, SCORING_KEYS)
+        return ScoringConfig(
+            enabled=self.boolean(body.get("enabled"), f"{key}.enabled", False),
+            agent=self.string(body.get("agent"), f"{key}.agent") or ScoringConfig.agent,
+            llm_provider=self.string(body.get("llm_provider"), f"{key}.llm_provider"),
+            llm_backend=self.string(body.get("llm_backend"), f"{key}.llm_backend"),
+        )
 
     def fallbacks(self, value: Any, key: str) -> tuple[FallbackProvider, ...] | None:
         """``[gemini, {provider: claude, backend: langchain}]``"""
@@ -592,7 +701,24 @@ class _Parser:
     def check_chain_agents(self, chain: ChainConfig, agents: dict[str, AgentConfig]) -> None:
         """What a chain's stages name must exist, and be the right kind of agent."""
         key = f"agent_chains.{chain.id}"
-        refs = [(f"{key}.sub_agents", chain.sub_agents)]
+        refs = [
+            (f"{key}.sub_agents", chain.sub_agents),
+            (f"{key}.chat.sub_agents", chain.chat.sub_agents),
+        ]
+        chat_agent = agents.get(chain.chat.agent)
+        if chat_agent is None or chat_agent.type not in ITERATING_TYPES:
+            known = sorted(a.name for a in agents.values() if a.type in ITERATING_TYPES)
+            raise self.error(
+                f"{key}.chat.agent",
+                f"{chain.chat.agent!r} is not an iterating agent; chat agents: {', '.join(known)}",
+            )
+        scoring_agent = agents.get(chain.scoring.agent)
+        if scoring_agent is None or scoring_agent.type != SCORING:
+            known = sorted(a.name for a in agents.values() if a.type == SCORING)
+            raise self.error(
+                f"{key}.scoring.agent",
+                f"{chain.scoring.agent!r} is not a scoring agent; scoring agents: {', '.join(known)}",
+            )
         for index, stage in enumerate(chain.stages):
             stage_key = f"{key}.stages[{index}]"
             refs.append((f"{stage_key}.sub_agents", stage.sub_agents))
@@ -685,6 +811,8 @@ class _Parser:
                     body.get("executive_summary_provider"), f"{key}.executive_summary_provider"
                 ),
                 sub_agents=self.sub_agents(body.get("sub_agents"), f"{key}.sub_agents"),
+                chat=self.parse_chat(body.get("chat"), f"{key}.chat", servers),
+                scoring=self.parse_scoring(body.get("scoring"), f"{key}.scoring"),
             )
         if not chains:
             raise self.error("agent_chains", "at least one chain is required")
@@ -797,6 +925,7 @@ class _Parser:
             or "any",
             orchestrator=self.default_orchestrator(body.get("orchestrator")),
             **self.default_summarization(body.get("summarization")),
+            runbook=self.string(body.get("runbook"), "defaults.runbook") or "",
         )
 
     def default_summarization(self, raw: Any) -> dict[str, str | None]:

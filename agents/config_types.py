@@ -182,6 +182,29 @@ class StageConfig:
 
 
 @dataclass(frozen=True)
+class ChatConfig:
+    """Follow-up chat on an ended session (chain ``chat:``)."""
+
+    enabled: bool = True
+    agent: str = "ChatAgent"
+    llm_provider: str | None = None
+    llm_backend: str | None = None
+    mcp_servers: tuple[str, ...] | None = None  # None: the chain's (else the agents') servers
+    max_iterations: int | None = None
+    sub_agents: tuple[SubAgentRef, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    """Scoring of a completed session (chain ``scoring:``); off unless enabled."""
+
+    enabled: bool = False
+    agent: str = "ScoringAgent"
+    llm_provider: str | None = None
+    llm_backend: str | None = None
+
+
+@dataclass(frozen=True)
 class ChainConfig:
     id: str
     alert_types: tuple[str, ...]
@@ -194,6 +217,8 @@ class ChainConfig:
     fallback_providers: tuple[FallbackProvider, ...] | None = None
     executive_summary_provider: str | None = None
     sub_agents: tuple[SubAgentRef, ...] | None = None
+    chat: ChatConfig = field(default_factory=ChatConfig)
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
 
 
 @dataclass(frozen=True)
@@ -210,6 +235,32 @@ class Defaults:
     # Which model summarises large tool results when a server names none; None: the agent's.
     summarization_provider: str | None = None
     summarization_backend: str | None = None
+    # The runbook of alerts that bring none: text, or a URL on the runbook allowlist.
+    runbook: str = ""
+
+
+@dataclass(frozen=True)
+class RunbooksConfig:
+    repo_url: str = ""  # a GitHub folder whose files the submit form offers
+    cache_ttl: float = 60.0  # seconds a fetched runbook is reused
+    allowed_domains: tuple[str, ...] = ("github.com", "raw.githubusercontent.com")
+    max_bytes: int = 256 * 1024  # a larger runbook is cut here
+
+
+@dataclass(frozen=True)
+class SlackConfig:
+    enabled: bool = False
+    token_env: str = "SLACK_BOT_TOKEN"  # the *name* of the variable holding the bot token
+    channel: str = ""  # channel id (C0123…) the messages go to
+    api_url: str = ""  # Slack Web API base URL; empty: slack-sdk's default
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    dashboard_url: str = ""  # how links in Slack messages reach this TARSy; empty: none
+    github_token_env: str = ""  # system.github.token_env: the variable holding a GitHub token
+    runbooks: RunbooksConfig = field(default_factory=RunbooksConfig)
+    slack: SlackConfig = field(default_factory=SlackConfig)
 
 
 @dataclass(frozen=True)
@@ -220,6 +271,7 @@ class TarsyConfig:
     agents: dict[str, AgentConfig]
     chains: dict[str, ChainConfig]
     cost_estimation: CostEstimation = field(default_factory=CostEstimation)
+    system: SystemConfig = field(default_factory=SystemConfig)
 
     @property
     def alert_types(self) -> list[str]:

@@ -45,6 +45,17 @@ EXEC_SUMMARY_INSTRUCTIONS = (
     "No headings, no lists."
 )
 
+CHAT_INSTRUCTIONS = (
+    "The investigation below has ended. An SRE asks follow-up questions about it. Answer "
+    "from what the investigation found and, when that is not enough, check with your tools. "
+    "Be direct; say what you verified and what you infer."
+)
+
+SCORING_INSTRUCTIONS = (
+    "You judge the quality of an automated incident investigation. Judge the outcome first: "
+    "did it reach the correct conclusion, supported by the evidence it gathered?"
+)
+
 
 @dataclass(frozen=True)
 class Finding:

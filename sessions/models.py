@@ -42,6 +42,20 @@ class ExecutionStatus(models.TextChoices):
     CANCELLED = "cancelled"
 
 
+class ReviewStatus(models.TextChoices):
+    """Where an ended session is in the team's review; null while it runs."""
+
+    NEEDS_REVIEW = "needs_review"
+    IN_PROGRESS = "in_progress"
+    REVIEWED = "reviewed"
+
+
+class QualityRating(models.TextChoices):
+    ACCURATE = "accurate"
+    PARTIALLY_ACCURATE = "partially_accurate"
+    INACCURATE = "inaccurate"
+
+
 class AlertSession(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     alert_type = models.CharField(max_length=100)
@@ -79,6 +93,20 @@ class AlertSession(models.Model):
     # list can show and sort by them without adding up every interaction.
     total_tokens = models.PositiveBigIntegerField(default=0)
     estimated_cost_usd = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
+    # Where the runbook came from when it was fetched (the alert's, or defaults.runbook).
+    runbook_url = models.CharField(max_length=2000, blank=True)
+    slack_message_fingerprint = models.CharField(max_length=500, blank=True)
+    # Review (sessions/services/review.py): "" while the session runs, set when it ends,
+    # then moved by people.
+    review_status = models.CharField(max_length=20, choices=ReviewStatus.choices, blank=True)
+    assignee = models.CharField(max_length=150, blank=True)
+    assigned_at = models.DateTimeField(null=True, blank=True)
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    quality_rating = models.CharField(max_length=30, choices=QualityRating.choices, blank=True)
+    action_taken = models.TextField(blank=True)
+    investigation_feedback = models.TextField(blank=True)
+    feedback_edited_by = models.CharField(max_length=150, blank=True)
+    feedback_edited_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -92,6 +120,9 @@ class AlertSession(models.Model):
             models.Index(fields=["chain_id"], name="session_chain"),
             models.Index(fields=["total_tokens"], name="session_tokens"),
             models.Index(fields=["estimated_cost_usd"], name="session_cost"),
+            models.Index(fields=["review_status", "created_at"], name="session_review_created"),
+            models.Index(fields=["assignee"], name="session_assignee"),
+            models.Index(fields=["quality_rating"], name="session_quality_rating"),
         ]
 
     def __str__(self) -> str:
@@ -115,6 +146,8 @@ class StageType(models.TextChoices):
     SYNTHESIS = "synthesis"
     ACTION = "action"
     EXEC_SUMMARY = "exec_summary"
+    CHAT = "chat"
+    SCORING = "scoring"
 
 
 class ParallelType(models.TextChoices):
@@ -199,6 +232,7 @@ class TimelineEventType(models.TextChoices):
     FINAL_ANALYSIS = "final_analysis"
     EXECUTIVE_SUMMARY = "executive_summary"
     PROVIDER_FALLBACK = "provider_fallback"
+    WARNING = "warning"  # something went wrong around the investigation, which went on
 
 
 class TimelineEventStatus(models.TextChoices):
@@ -436,3 +470,191 @@ class SessionSearch(models.Model):
 
     def __str__(self) -> str:
         return f"search text of {self.session_id}"
+
+
+class ReviewAction(models.TextChoices):
+    CLAIM = "claim"
+    UNCLAIM = "unclaim"
+    COMPLETE = "complete"
+    REOPEN = "reopen"
+    UPDATE_FEEDBACK = "update_feedback"
+    ACKNOWLEDGE = "acknowledge"
+
+
+class ReviewActivity(models.Model):
+    """One step of a session's review, in the order they happened."""
+
+    session = models.ForeignKey(
+        AlertSession, on_delete=models.CASCADE, related_name="review_activities"
+    )
+    actor = models.CharField(max_length=150)
+    action = models.CharField(max_length=20, choices=ReviewAction.choices)
+    from_status = models.CharField(max_length=20, blank=True)  # "": none yet
+    to_status = models.CharField(max_length=20)
+    quality_rating = models.CharField(max_length=30, blank=True)
+    note = models.TextField(blank=True)  # the action taken, as written with this step
+    investigation_feedback = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["session", "created_at"], name="review_session_created")]
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.from_status} -> {self.to_status}"
+
+
+class Chat(models.Model):
+    """A session's follow-up conversation; one per session, made by its first question."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.OneToOneField(AlertSession, on_delete=models.CASCADE, related_name="chat")
+    created_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"chat on {self.session_id}"
+
+
+class ChatMessageStatus(models.TextChoices):
+    PENDING = "pending"  # queued for a worker
+    RUNNING = "running"
+    CANCELLING = "cancelling"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+OPEN_CHAT_MESSAGE_STATUSES = (
+    ChatMessageStatus.PENDING,
+    ChatMessageStatus.RUNNING,
+    ChatMessageStatus.CANCELLING,
+)
+
+
+class ChatMessage(models.Model):
+    """A question asked in a chat, and the state of its answer (a ``chat`` stage)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    chat = models.ForeignKey(Chat, on_delete=models.CASCADE, related_name="messages")
+    session = models.ForeignKey(
+        AlertSession, on_delete=models.CASCADE, related_name="chat_messages"
+    )
+    content = models.TextField()
+    author = models.CharField(max_length=150, blank=True)
+    stage = models.OneToOneField(
+        Stage, null=True, blank=True, on_delete=models.SET_NULL, related_name="chat_message"
+    )
+    status = models.CharField(
+        max_length=20, choices=ChatMessageStatus.choices, default=ChatMessageStatus.PENDING
+    )
+    error_message = models.TextField(blank=True)
+    cancelled_by = models.CharField(max_length=150, blank=True)
+    # The worker answering it holds this lease, as a session's worker holds the session's.
+    lease_token = models.UUIDField(null=True, blank=True, editable=False)
+    worker_id = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["status", "heartbeat_at"], name="chat_status_heartbeat")]
+        constraints = [
+            # One answer at a time per session: the database refuses a second open one.
+            models.UniqueConstraint(
+                fields=["chat"],
+                condition=models.Q(status__in=["pending", "running", "cancelling"]),
+                name="chat_one_open_message",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"chat message {self.id} ({self.status})"
+
+
+class ScoreStatus(models.TextChoices):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+
+
+class SessionScore(models.Model):
+    """One scoring of a session; re-scoring adds a row, earlier ones stay as history."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(AlertSession, on_delete=models.CASCADE, related_name="scores")
+    status = models.CharField(
+        max_length=20, choices=ScoreStatus.choices, default=ScoreStatus.PENDING
+    )
+    total_score = models.PositiveSmallIntegerField(null=True, blank=True)
+    score_analysis = models.TextField(blank=True)
+    tool_improvement_report = models.TextField(blank=True)
+    failure_tags = models.JSONField(default=list, blank=True)
+    prompt_hash = models.CharField(max_length=64, blank=True)
+    score_triggered_by = models.CharField(max_length=150, blank=True)
+    stage = models.OneToOneField(
+        Stage, null=True, blank=True, on_delete=models.SET_NULL, related_name="score"
+    )
+    error_message = models.TextField(blank=True)
+    lease_token = models.UUIDField(null=True, blank=True, editable=False)
+    worker_id = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["session", "created_at"], name="score_session_created"),
+            models.Index(fields=["status", "heartbeat_at"], name="score_status_heartbeat"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session"],
+                condition=models.Q(status__in=["pending", "in_progress"]),
+                name="score_one_open_per_session",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"score of {self.session_id}: {self.total_score} ({self.status})"
+
+
+class SlackMessage(models.Model):
+    """What TARSy posted to Slack about a session (or why it could not)."""
+
+    class Kind(models.TextChoices):
+        START = "start"
+        END = "end"
+
+    class Status(models.TextChoices):
+        SENT = "sent"
+        FAILED = "failed"
+
+    session = models.ForeignKey(
+        AlertSession, on_delete=models.CASCADE, related_name="slack_messages"
+    )
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    status = models.CharField(max_length=10, choices=Status.choices)
+    channel = models.CharField(max_length=100, blank=True)
+    thread_ts = models.CharField(max_length=50, blank=True)
+    ts = models.CharField(max_length=50, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            # A re-run task finds its message posted and does not post it again.
+            models.UniqueConstraint(fields=["session", "kind"], name="slack_one_per_kind")
+        ]
+
+    def __str__(self) -> str:
+        return f"slack {self.kind} for {self.session_id} ({self.status})"

@@ -26,6 +26,7 @@ from sessions.models import (
     TimelineEventStatus,
     TimelineEventType,
 )
+from sessions.services import followups
 from sessions.services.events import publish_session_status, serialize_transaction
 from sessions.services.leases import Lease, hold
 from sessions.services.queue import session_enqueue, sessions_dispatch_waiting
@@ -109,6 +110,7 @@ def session_claim(*, session_id: Any, worker_id: str) -> Claim:
             # Another worker got there first, or this task was a duplicate.
             return Claim("skipped")
         publish_session_status(session_id)
+        followups.session_started(session_id)
     return Claim("claimed", Lease(session_id, token))
 
 
@@ -153,6 +155,7 @@ def session_end(
             lease_token=None,
         )
         search_text_update(lease.session_id)
+        followups.session_ended(lease.session_id, status)
         publish_session_status(lease.session_id)
         # A slot is free: a session waiting for one gets its task now.
         transaction.on_commit(sessions_dispatch_waiting)
@@ -188,6 +191,7 @@ def session_cancel(*, session_id: Any, by: str, reason: str = "") -> SessionStat
             completed_at=now,
             enqueued_at=None,
         ):
+            followups.session_ended(session_id, SessionStatus.CANCELLED)
             publish_session_status(session_id)
             return SessionStatus.CANCELLED
         if AlertSession.objects.filter(id=session_id, status=SessionStatus.IN_PROGRESS).update(

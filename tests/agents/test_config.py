@@ -71,7 +71,7 @@ def test_an_unknown_agent_names_file_key_and_the_defined_agents(tmp_path):
     )
     assert message == (
         "tarsy.yaml: agent_chains.k8s.stages[0].agents[0].name: unknown agent 'Nope'; "
-        "defined: SynthesisAgent, ExecSummaryAgent, KubernetesAgent"
+        "defined: SynthesisAgent, ExecSummaryAgent, ChatAgent, ScoringAgent, KubernetesAgent"
     )
 
 
