@@ -4,6 +4,7 @@ The session's task runs beside a keeper that holds its lease: it renews it, stop
 run when the lease is lost (reaped, timed out elsewhere — nothing more is written),
 ends it ``cancelled`` when someone cancels the session, stops a single agent someone
 cancelled, and ends it ``failed`` when ``should_stop`` says so (the worker's cluster died).
+A chat answer runs under the same keeper (``run_leased``; agents/chat.py).
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 from django.db import DatabaseError
 
 from agents.config import get_config
 from agents.recorder import db
+from agents.runbooks import session_runbook
 from agents.runs import RunControl, SessionRun
 from agents.stages import (
     SessionFailure,
@@ -32,12 +34,12 @@ from sessions.models import AlertSession, SessionStatus
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LEASE_LOST", "SessionFailure", "StageFailed", "execute_session"]
+__all__ = ["LEASE_LOST", "SessionFailure", "StageFailed", "Stop", "execute_session", "run_leased"]
 
 LEASE_LOST = "lease_lost"
 
 
-class _Stop:
+class Stop:
     """Why the session's task was cancelled from outside: its lease was lost (write
     nothing more), or the keeper has ended it already (``status``)."""
 
@@ -50,12 +52,29 @@ async def execute_session(
     lease: services.Lease, *, should_stop: Callable[[], str | None] | None = None
 ) -> str:
     """Run one claimed session to its end; returns the status it ended with."""
-    stop, control = _Stop(), RunControl()
-    run = asyncio.create_task(
-        _run_session(lease, stop, control), name=f"session-{lease.session_id}"
+    return await run_leased(
+        lease,
+        _run_session,
+        name=f"session-{lease.session_id}",
+        should_stop=should_stop,
+        end=services.session_end,
     )
+
+
+async def run_leased(
+    lease: services.Lease,
+    work: Callable[[services.Lease, Stop, RunControl], Awaitable[str]],
+    *,
+    name: str,
+    should_stop: Callable[[], str | None] | None,
+    end: Callable[..., None],
+) -> str:
+    """Run ``work`` beside a keeper of ``lease`` (a session's, or a chat answer's, which
+    ``end`` ends); returns the status it ended with."""
+    stop, control = Stop(), RunControl()
+    run = asyncio.create_task(work(lease, stop, control), name=name)
     keeper = asyncio.create_task(
-        _keep_lease(lease, run, stop, control, should_stop), name="lease-keeper"
+        _keep_lease(lease, run, stop, control, should_stop, end), name="lease-keeper"
     )
     try:
         return await run
@@ -73,15 +92,16 @@ async def execute_session(
 async def _keep_lease(
     lease: services.Lease,
     run: asyncio.Task[str],
-    stop: _Stop,
+    stop: Stop,
     control: RunControl,
     should_stop: Callable[[], str | None] | None,
+    end: Callable[..., None],
 ) -> None:
     last_beat = time.monotonic()
     while True:
         await asyncio.sleep(settings.TARSY_LEASE_CHECK_INTERVAL)
         if should_stop is not None and (reason := should_stop()):
-            await _stop_now(lease, run, stop, SessionStatus.FAILED, error_message=reason)
+            await _stop_now(lease, run, stop, end, SessionStatus.FAILED, error_message=reason)
             return
         try:
             if time.monotonic() - last_beat >= settings.TARSY_HEARTBEAT_INTERVAL:
@@ -101,7 +121,12 @@ async def _keep_lease(
         if state.status == SessionStatus.CANCELLING:
             # Cancelled is not failed: no error item; who and why are on the session.
             await _stop_now(
-                lease, run, stop, SessionStatus.CANCELLED, close_reason=state.cancel_attribution
+                lease,
+                run,
+                stop,
+                end,
+                SessionStatus.CANCELLED,
+                close_reason=state.cancel_attribution,
             )
             return
         for execution_id, attribution in state.cancelled_executions:
@@ -111,7 +136,8 @@ async def _keep_lease(
 async def _stop_now(
     lease: services.Lease,
     run: asyncio.Task[str],
-    stop: _Stop,
+    stop: Stop,
+    end: Callable[..., None],
     status: SessionStatus,
     *,
     error_message: str = "",
@@ -121,7 +147,7 @@ async def _stop_now(
     status changes at once (not after MCP servers and streams have shut down), and any
     write the stopping task still attempts fails on the lease it no longer holds."""
     try:
-        await db(services.session_end)(
+        await db(end)(
             lease=lease,
             status=status,
             error_message=error_message,
@@ -135,7 +161,7 @@ async def _stop_now(
     run.cancel()
 
 
-async def _run_session(lease: services.Lease, stop: _Stop, control: RunControl) -> str:
+async def _run_session(lease: services.Lease, stop: Stop, control: RunControl) -> str:
     session = await db(AlertSession.objects.get)(id=lease.session_id)
     try:
         try:
@@ -199,7 +225,14 @@ async def _run_chain(
             f"Chain {session.chain_id!r} is no longer configured in {config.source}; "
             f"configured chains: {', '.join(config.chains)}"
         )
-    run = SessionRun(session=session, lease=lease, config=config, chain=chain, control=control)
+    run = SessionRun(
+        session=session,
+        lease=lease,
+        config=config,
+        chain=chain,
+        control=control,
+        runbook=await session_runbook(session, lease, config),
+    )
     previous, analysis = "", ""
     for stage_config in chain.stages:
         result = await run_stage(run, stage_config, previous)

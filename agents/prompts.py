@@ -52,9 +52,64 @@ CHAT_INSTRUCTIONS = (
 )
 
 SCORING_INSTRUCTIONS = (
-    "You judge the quality of an automated incident investigation. Judge the outcome first: "
-    "did it reach the correct conclusion, supported by the evidence it gathered?"
+    "You judge the quality of automated incident investigations done by TARSy's agents. "
+    "Judge the outcome first: did the investigation reach the correct conclusion, supported "
+    "by the evidence it gathered? Then judge the path: was it thorough and efficient? A wrong "
+    "conclusion never earns a high score, however methodical the steps that led to it. Every "
+    "claim you make must point at something in the investigation (a tool call, a result, an "
+    "agent's words, or an action that is missing)."
 )
+
+# Failure patterns the judge is told to watch for; its TAGS line uses these terms only.
+SCORING_FAILURE_TAGS = (
+    ("premature_conclusion", "reached a diagnosis before gathering enough evidence"),
+    ("missed_available_tool", "a relevant tool was available but not used"),
+    ("unsupported_confidence", "stated high confidence the evidence does not carry"),
+    ("incomplete_evidence", "stopped gathering evidence before covering what mattered"),
+    ("hallucinated_evidence", "cited evidence that is not in the investigation"),
+    ("wrong_conclusion", "the diagnosis is wrong or contradicted by the evidence gathered"),
+)
+
+SCORING_EVALUATION_REQUEST = """Evaluate the investigation above.
+
+First assess it along these dimensions, two to four sentences each, citing evidence:
+1. **Investigation outcome**: is the conclusion correct, supported and actionable? Were other explanations considered?
+2. **Evidence gathering**: was enough evidence collected, and verified rather than assumed?
+3. **Tool use**: were the available tools used well? Were obvious ones missed? Were results read correctly?
+4. **Reasoning**: does the conclusion follow from the evidence? Was contradicting evidence addressed?
+5. **Completeness**: was the problem explored enough, without wasted loops?
+
+Then write an overall judgement and a score from 0 to 100. The outcome sets the range:
+- 60-100: correct, well-supported conclusion (80-100 when the process was also efficient);
+- 35-59: partially correct or weakly supported conclusion;
+- 0-34: wrong or unsupported conclusion.
+The other dimensions place the score within its range.
+
+Failure patterns to name when they apply (describe any other problem in your own words):
+{failure_tags}
+
+End your answer with exactly these two lines, and nothing after them:
+TAGS: <the failure patterns above that apply, comma-separated, or none>
+SCORE: <a whole number from 0 to 100>"""
+
+SCORING_CORRECTION = (
+    "Your answer could not be read: {problem}. Write your evaluation again and end it with "
+    "exactly these two lines, and nothing after them:\n"
+    "TAGS: <failure patterns, comma-separated, or none>\n"
+    "SCORE: <a whole number from 0 to 100>"
+)
+
+SCORING_TOOL_REPORT_REQUEST = """{heading}
+
+Now report on the tools, from what you saw in this investigation. Two parts:
+
+### Part 1: Missing tools
+Tools that do not exist but would have helped: for each, a name, what it would do, and which step of this investigation it would have helped.
+
+### Part 2: Existing tool improvements
+Tools from the available-tools list that were hard to use or to find: unclear arguments (the agent guessed or retried), results hard to read, a description that hid the tool's relevance, or arguments the agent could not discover. For each: the tool's name, what to change, and what you observed.
+
+Write "None." under a part with nothing to report."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +172,7 @@ def investigation_messages(
         user.append(f"## Findings of earlier stages\n\n{previous}")
     user.append(f"## Alert\n\nType: {alert_type}\n\n{alert_data}")
     if runbook:
-        user.append(f"## Runbook\n\n{runbook}")
+        user.append(runbook_section(runbook))
     user.append("Investigate this alert.")
     return [
         ConversationMessage(Role.SYSTEM, system),
@@ -125,23 +180,41 @@ def investigation_messages(
     ]
 
 
+def runbook_section(runbook: str) -> str:
+    """The runbook, for every agent that investigates or weighs the investigation."""
+    return f"## Runbook\n\n{runbook}"
+
+
 def sub_agent_messages(
-    *, system: str, alert_type: str, alert_data: str, task: str, dispatched_by: str
+    *,
+    system: str,
+    alert_type: str,
+    alert_data: str,
+    task: str,
+    dispatched_by: str,
+    runbook: str = "",
 ) -> list[ConversationMessage]:
     user = (
         f"## Task from {dispatched_by}\n\n{task}\n\n"
         f"## The alert being investigated\n\nType: {alert_type}\n\n{alert_data}\n\n"
-        "Do the task with your tools and report what you found."
+        + (f"{runbook_section(runbook)}\n\n" if runbook else "")
+        + "Do the task with your tools and report what you found."
     )
     return [ConversationMessage(Role.SYSTEM, system), ConversationMessage(Role.USER, user)]
 
 
 def synthesis_messages(
-    *, system: str, alert_type: str, alert_data: str, findings: Sequence[Finding]
+    *,
+    system: str,
+    alert_type: str,
+    alert_data: str,
+    findings: Sequence[Finding],
+    runbook: str = "",
 ) -> list[ConversationMessage]:
     user = (
         f"## Alert\n\nType: {alert_type}\n\n{alert_data}\n\n"
-        f"{FINDINGS_TO_MERGE}\n\n{format_findings(findings)}\n\n"
+        + (f"{runbook_section(runbook)}\n\n" if runbook else "")
+        + f"{FINDINGS_TO_MERGE}\n\n{format_findings(findings)}\n\n"
         "Write the merged analysis."
     )
     return [ConversationMessage(Role.SYSTEM, system), ConversationMessage(Role.USER, user)]

@@ -81,6 +81,7 @@ class SessionRun:
     chain: ChainConfig
     control: RunControl = field(default_factory=RunControl)
     next_stage_index: int = 0
+    runbook: str = ""  # resolved when the session starts (agents/runbooks.py)
 
     def stage_index(self) -> int:
         index = self.next_stage_index

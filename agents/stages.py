@@ -90,7 +90,7 @@ async def run_stage(run: SessionRun, stage_config: StageConfig, previous: str) -
             system=_system(run, agent),
             alert_type=run.session.alert_type,
             alert_data=run.session.alert_data,
-            runbook=run.session.runbook,
+            runbook=run.runbook,
             previous=previous,
         )
 
@@ -157,6 +157,7 @@ async def _synthesize(run: SessionRun, stage_config: StageConfig, findings: list
             alert_type=run.session.alert_type,
             alert_data=run.session.alert_data,
             findings=findings,
+            runbook=run.runbook,
         ),
         controller=SingleShotController(thinking_fallback=True, interaction_type="synthesis"),
     )
@@ -229,6 +230,7 @@ def _sub_agent_runner(run: SessionRun, agent: ResolvedAgent, stage: Stage):
                     alert_data=run.session.alert_data,
                     task=task,
                     dispatched_by=agent.name,
+                    runbook=run.runbook,
                 )
 
             return execution.id, run_agent(

@@ -87,11 +87,17 @@ def _evidence(text: str, limit: int = 4) -> list[str]:
 FINDINGS_TO_MERGE = "## Findings to merge"
 INVESTIGATION_TO_SUMMARISE = "## Investigation to summarise"
 TOOL_OUTPUT_TO_SUMMARISE = "## Tool output to summarise"
+INVESTIGATION_TO_SCORE = "## Investigation to score"
+TOOL_REPORT_REQUEST = "## Tool report"
+# Heads the question in a follow-up chat's prompt (agents/chat.py).
+CHAT_QUESTION = "## Follow-up question"
 
 
 def demo_turn(request: GenerateRequest) -> ScriptTurn:
     if (single_shot := single_shot_turn(request)) is not None:
         return single_shot
+    if (chat := chat_turn(request)) is not None:
+        return chat
     namespace = _namespace(request)
     results = _tool_results(request)
     step = sum(1 for m in request.messages if m.role == Role.ASSISTANT)
@@ -241,6 +247,8 @@ def single_shot_turn(request: GenerateRequest) -> ScriptTurn | None:
     if request.tools:
         return None
     prompt = next((m.content for m in reversed(request.messages) if m.role == Role.USER), "")
+    if TOOL_REPORT_REQUEST in prompt or INVESTIGATION_TO_SCORE in prompt:
+        return _scoring(request, report=TOOL_REPORT_REQUEST in prompt)
     if FINDINGS_TO_MERGE in prompt:
         return _synthesis(prompt.split(FINDINGS_TO_MERGE, 1)[1])
     if INVESTIGATION_TO_SUMMARISE in prompt:
@@ -324,3 +332,117 @@ def _first_line(text: str) -> str:
         if line and not line.startswith("#"):
             return line
     return ""
+
+
+# --- scoring -------------------------------------------------------------------------------
+
+
+def _scoring(request: GenerateRequest, *, report: bool) -> ScriptTurn:
+    """The demo judge: it rates the investigation from what the prompt shows (a root
+    cause stated, the tools used out of those available), ending with the lines the
+    scoring parses; asked for the tool report, it names the tools left unused."""
+    investigation = next(
+        (m.content for m in request.messages if INVESTIGATION_TO_SCORE in m.content), ""
+    )
+    used = sorted(set(re.findall(r"^Tool call `([^`]+)`", investigation, re.M)))
+    available_part = investigation.rpartition("### Tools that were available")[2]
+    unused = [t for t in re.findall(r"^- (\S+)$", available_part, re.M) if t not in used]
+    if report:
+        return ScriptTurn(text=_tool_report(unused))
+    concluded = bool(re.search(r"root cause", investigation, re.IGNORECASE))
+    tags = ["missed_available_tool"] if unused else []
+    if concluded and len(used) >= 2:
+        score = 70 + min(20, 5 * len(used)) - (5 if unused else 0)
+        outcome = "It names a root cause and backs it with what its tools returned."
+    elif concluded:
+        score, outcome = 50, "It names a root cause on thin evidence."
+        tags.append("incomplete_evidence")
+    else:
+        score, outcome = 25, "It reaches no supported conclusion."
+        tags.append("incomplete_evidence")
+    tools = ", ".join(f"`{t}`" for t in used) or "no tools"
+    text = "\n".join(
+        [
+            "## Investigation outcome",
+            outcome,
+            "",
+            "## Evidence gathering and tool use",
+            f"It called {tools}."
+            + (f" Left unused: {', '.join(f'`{t}`' for t in unused)}." if unused else ""),
+            "",
+            "## Overall",
+            f"A demo rating (scripted, not a model's judgement): {score}/100.",
+            "",
+            f"TAGS: {', '.join(tags) or 'none'}",
+            f"SCORE: {score}",
+        ]
+    )
+    return ScriptTurn(thinking="I'll check the conclusion first, then the evidence.", text=text)
+
+
+def _tool_report(unused: list[str]) -> str:
+    improvements = [
+        f"- `{tool}` was available but not used; its description could say when it helps."
+        for tool in unused
+    ]
+    return "\n".join(
+        [
+            "### Part 1: Missing tools",
+            "None.",
+            "",
+            "### Part 2: Existing tool improvements",
+            *(improvements or ["None."]),
+        ]
+    )
+
+
+# --- follow-up chat -------------------------------------------------------------------------
+
+
+def chat_turn(request: GenerateRequest) -> ScriptTurn | None:
+    """The demo's answer to a follow-up question: it looks at the pods as they are now,
+    then answers from what the investigation found and what it just saw. None for
+    requests that are not a chat."""
+    prompt = next((m.content for m in request.messages if m.role == Role.USER), "")
+    if CHAT_QUESTION not in prompt:
+        return None
+    context, question = prompt.split(CHAT_QUESTION, 1)
+    namespace = _namespace(request)
+    pods_tool = _tool(request, "get_pods")
+    step = sum(1 for m in request.messages if m.role == Role.ASSISTANT)
+    if step == 0 and pods_tool:
+        return ScriptTurn(
+            thinking=(
+                "The investigation has ended, so the cluster may have changed since. I'll "
+                f"look at the pods in {namespace} again before answering."
+            ),
+            text=f"Let me check the pods in `{namespace}` as they are now.",
+            tool_calls=((pods_tool, {"namespace": namespace}),),
+        )
+    return ScriptTurn(
+        thinking="I have what the investigation found and the current state; I can answer.",
+        text=_chat_answer(context, _first_line(question), namespace, _tool_results(request)),
+    )
+
+
+def _chat_answer(context: str, question: str, namespace: str, results: dict[str, str]) -> str:
+    found = _first_line(_section(context, "Summary") or _section(context, "Merged analysis"))
+    cause = _first_line(_section(context, "Root cause"))
+    fix = _first_line(_section(context, "Recommended fix"))
+    outcome = _first_line(_section(context, "Outcome"))
+    parts = [f"You asked: *{question}*", "", "## What the investigation found"]
+    if found or cause:
+        parts += [found, "", f"Root cause: {cause}" if cause else ""]
+    else:
+        parts.append(f"It reached no conclusion. {outcome}")
+    if "get_pods" in results:
+        failing = [
+            line.strip() for line in results["get_pods"].splitlines() if _FAILING.search(line)
+        ]
+        parts += ["", f"## The pods in `{namespace}` now"]
+        parts += [f"- `{line}`" for line in failing[:5]] or [
+            f"- No pod in `{namespace}` is failing."
+        ]
+    if fix:
+        parts += ["", "## What to do", fix]
+    return "\n".join(part for part in parts if part is not None).strip()

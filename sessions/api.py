@@ -13,19 +13,24 @@ from django.http import HttpRequest, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_GET, require_POST
 
+from agents import runbooks
 from agents.config import get_config
 from sessions import search, selectors, services
-from sessions.auth import api_view
+from sessions.auth import api_error, api_view
 from sessions.intake import ALLOWED_FIELDS, AlertRejected, read_json_body, validate_alert
-from sessions.models import AgentExecution, AlertSession, SessionStatus, TimelineEvent
+from sessions.models import (
+    AgentExecution,
+    AlertSession,
+    QualityRating,
+    ReviewStatus,
+    SessionStatus,
+    TimelineEvent,
+)
 from sessions.relay import relay_health
+from sessions.scoring_selectors import NOT_SCORED, score_summaries, score_summary
 from sessions.supervision import cluster_silence_limit
 
 _VERSION = metadata.version("tarsy")
-
-
-def _error(message: str, status: int, **extra: Any) -> JsonResponse:
-    return JsonResponse({"error": message, **extra}, status=status)
 
 
 @api_view
@@ -34,11 +39,11 @@ def alert_create(request: HttpRequest) -> JsonResponse:
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     length = int(request.headers.get("Content-Length") or 0)
     if length > limit:
-        return _error(f"request body is {length} bytes; the limit is {limit} bytes", 413)
+        return api_error(f"request body is {length} bytes; the limit is {limit} bytes", 413)
     try:
         raw = request.body  # a chunked body has no Content-Length: Django measures it here
     except RequestDataTooBig:
-        return _error(f"request body is over the limit of {limit} bytes", 413)
+        return api_error(f"request body is over the limit of {limit} bytes", 413)
     try:
         body = read_json_body(raw)
         alert = validate_alert(
@@ -46,22 +51,33 @@ def alert_create(request: HttpRequest) -> JsonResponse:
             alert_type=body.get("alert_type"),
             runbook=body.get("runbook"),
             mcp=body.get("mcp"),
+            slack_message_fingerprint=body.get("slack_message_fingerprint"),
             unknown_fields=set(body) - set(ALLOWED_FIELDS),
         )
     except AlertRejected as rejected:
-        return _error(str(rejected), rejected.status, **rejected.extra)
+        return api_error(str(rejected), rejected.status, **rejected.extra)
     try:
         session = services.session_create(
             alert_type=alert.alert_type,
             alert_data=alert.data,
             chain_id=alert.chain_id,
             runbook=alert.runbook,
+            runbook_url=alert.runbook_url,
+            slack_message_fingerprint=alert.slack_message_fingerprint,
             mcp_selection=alert.mcp_selection,
             author=request.user.get_username(),
         )
     except services.SessionNotQueued as exc:
-        return _error(f"{exc}; nothing was stored, send the alert again", 503)
+        return api_error(f"{exc}; nothing was stored, send the alert again", 503)
     return JsonResponse({"session_id": str(session.id), "status": "queued"}, status=202)
+
+
+@api_view
+@require_GET
+def runbook_list(request: HttpRequest) -> JsonResponse:
+    """TARSy's shape: a bare array of the runbook URLs under ``system.runbooks.repo_url``,
+    ``[]`` when none is configured or GitHub cannot be listed."""
+    return JsonResponse(runbooks.list_runbooks(get_config()), safe=False)
 
 
 @api_view
@@ -85,9 +101,9 @@ def session_cancel(request: HttpRequest, session_id) -> JsonResponse:
             session_id=session.id, by=request.user.get_username(), reason=reason
         )
     except AlertRejected as rejected:
-        return _error(str(rejected), rejected.status)
+        return api_error(str(rejected), rejected.status)
     except services.NotCancellable as exc:
-        return _error(str(exc), 409)
+        return api_error(str(exc), 409)
     return JsonResponse(
         {
             "session_id": str(session.id),
@@ -114,9 +130,9 @@ def execution_cancel(request: HttpRequest, session_id, execution_id: int) -> Jso
             reason=reason,
         )
     except AlertRejected as rejected:
-        return _error(str(rejected), rejected.status)
+        return api_error(str(rejected), rejected.status)
     except services.NotCancellable as exc:
-        return _error(str(exc), 409)
+        return api_error(str(exc), 409)
     return JsonResponse(
         {
             "session_id": str(session_id),
@@ -146,6 +162,11 @@ def _cancel_reason(request: HttpRequest) -> str:
     return reason
 
 
+def _list_score(summary: dict[str, Any]) -> dict[str, Any]:
+    """A list item carries the latest score and the scoring status, not the score id."""
+    return {"latest_score": summary["latest_score"], "scoring_status": summary["scoring_status"]}
+
+
 def session_json(session: AlertSession) -> dict[str, Any]:
     return {
         "session_id": str(session.id),
@@ -162,11 +183,42 @@ def session_json(session: AlertSession) -> dict[str, Any]:
         "executive_summary_error": session.executive_summary_error,
         "cancelled_by": session.cancelled_by or None,
         "cancel_reason": session.cancel_reason or None,
+        # The review (TARSy's fields; null while the investigation runs or when unset).
+        "review_status": session.review_status or None,
+        "assignee": session.assignee or None,
+        "quality_rating": session.quality_rating or None,
+        "action_taken": session.action_taken or None,
+        "investigation_feedback": session.investigation_feedback or None,
+        "feedback_edited": bool(session.feedback_edited_at),
+        "feedback_edited_by": session.feedback_edited_by or None,
+        "feedback_edited_at": _iso(session.feedback_edited_at),
     }
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None
 
 
 def timeline_json(event: TimelineEvent) -> dict[str, Any]:
     return services.timeline_payload(event)
+
+
+def _review_filters(params) -> dict[str, Any]:
+    """``review_status`` and ``quality_rating`` (comma-separated) and ``assignee``
+    (``assignee=`` with no value: unassigned), as ORM filters."""
+    filters: dict[str, Any] = {}
+    for name, allowed in (
+        ("review_status", ReviewStatus.values),
+        ("quality_rating", QualityRating.values),
+    ):
+        values = [v for v in params.get(name, "").split(",") if v]
+        if unknown := sorted(set(values) - set(allowed)):
+            raise ValueError(f"unknown {name} {', '.join(unknown)}; allowed: {', '.join(allowed)}")
+        if values:
+            filters[f"{name}__in"] = values
+    if "assignee" in params:
+        filters["assignee"] = params["assignee"]
+    return filters
 
 
 def _positive_int(value: str | None, default: int, name: str, maximum: int | None = None) -> int:
@@ -193,27 +245,35 @@ def session_list(request: HttpRequest) -> JsonResponse:
             selectors.MAX_PAGE_SIZE,
         )
     except ValueError as exc:
-        return _error(str(exc), 400)
+        return api_error(str(exc), 400)
     statuses = [s for s in request.GET.get("status", "").split(",") if s]
     unknown = set(statuses) - set(SessionStatus.values)
     if unknown:
-        return _error(
+        return api_error(
             f"unknown status {', '.join(sorted(unknown))}; allowed: {', '.join(SessionStatus.values)}",
             400,
         )
+    try:
+        review = _review_filters(request.GET)
+    except ValueError as exc:
+        return api_error(str(exc), 400)
     query = None
     if text := request.GET.get("search", "").strip():
         try:
             query = search.Query.parse(text)
         except search.SearchError as exc:
-            return _error(f"search: {exc}", 400)
+            return api_error(f"search: {exc}", 400)
     sessions = selectors.session_list(
         statuses=statuses, alert_type=request.GET.get("alert_type", ""), query=query
-    )
+    ).filter(**review)
     result = selectors.session_page(sessions, page=page, page_size=page_size)
+    rows = list(result.object_list)
+    scores = score_summaries(s.id for s in rows)
     return JsonResponse(
         {
-            "sessions": [session_json(s) for s in result.object_list],
+            "sessions": [
+                {**session_json(s), **_list_score(scores.get(s.id, NOT_SCORED))} for s in rows
+            ],
             "pagination": {
                 "page": result.number,
                 "page_size": page_size,
@@ -229,9 +289,12 @@ def session_list(request: HttpRequest) -> JsonResponse:
 def session_detail(request: HttpRequest, session_id) -> JsonResponse:
     session = get_object_or_404(AlertSession, id=session_id)
     data = session_json(session)
+    data.update(score_summary(session.id))
     data.update(
         alert_data=session.alert_data,
         runbook=session.runbook,
+        runbook_url=session.runbook_url or None,
+        slack_message_fingerprint=session.slack_message_fingerprint or None,
         mcp_selection=session.mcp_selection,
         final_analysis=session.final_analysis,
         usage=selectors.session_usage(session),

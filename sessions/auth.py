@@ -28,6 +28,12 @@ logger = logging.getLogger(__name__)
 TOKEN_PREFIX = "tarsy_"
 
 
+def api_error(message: str, status: int, **extra: Any) -> JsonResponse:
+    """Every API error: ``message`` is TARSy's key; ``error`` repeats it for clients of
+    this API's first versions."""
+    return JsonResponse({"message": message, "error": message, **extra}, status=status)
+
+
 def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -82,12 +88,10 @@ def api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         if header:
             scheme, _, token = header.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
-                return JsonResponse(
-                    {"error": "Authorization header must be 'Bearer <token>'"}, status=401
-                )
+                return api_error("Authorization header must be 'Bearer <token>'", 401)
             user = user_for_token(token.strip())
             if user is None:
-                return JsonResponse({"error": "invalid or revoked API token"}, status=401)
+                return api_error("invalid or revoked API token", 401)
             request.user = user
         elif request.user.is_authenticated:
             if request.method not in ("GET", "HEAD", "OPTIONS") and (
@@ -95,12 +99,10 @@ def api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
             ):
                 return failure
         else:
-            return JsonResponse(
-                {
-                    "error": "authentication required: send 'Authorization: Bearer <token>' "
-                    "(create one with: python manage.py create_api_token USERNAME)"
-                },
-                status=401,
+            return api_error(
+                "authentication required: send 'Authorization: Bearer <token>' "
+                "(create one with: python manage.py create_api_token USERNAME)",
+                401,
             )
         return _json_errors(view, request, *args, **kwargs)
 
@@ -112,13 +114,10 @@ def _json_errors(view: Callable[..., HttpResponse], request: HttpRequest, *args,
     try:
         return view(request, *args, **kwargs)
     except Http404 as exc:
-        return JsonResponse({"error": str(exc) or "not found"}, status=404)
+        return api_error(str(exc) or "not found", 404)
     except DatabaseError as exc:
         logger.error("API %s %s: database error: %s", request.method, request.path, exc)
-        return JsonResponse(
-            {"error": f"the database is unavailable ({type(exc).__name__}); retry later"},
-            status=503,
-        )
+        return api_error(f"the database is unavailable ({type(exc).__name__}); retry later", 503)
     except Exception:
         logger.exception("API %s %s failed", request.method, request.path)
-        return JsonResponse({"error": "internal error; the server log has the details"}, status=500)
+        return api_error("internal error; the server log has the details", 500)

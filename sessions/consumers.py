@@ -20,11 +20,17 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.http import QueryDict
 
-from sessions import listing, live, selectors
+from sessions import listing, live, scoring_views, selectors
 from sessions.auth import user_still_allowed
 from sessions.listing import ListState
 from sessions.models import AgentExecution, AlertSession, ExecutionStatus, SessionEventType, Stage
-from sessions.relay import LIST_GROUP, ensure_relay_running, event_message, session_group
+from sessions.relay import (
+    LIST_EVENT_TYPES,
+    LIST_GROUP,
+    ensure_relay_running,
+    event_message,
+    session_group,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +115,8 @@ class _LiveConsumer(AsyncWebsocketConsumer):
             return  # already replayed or sent live
         html = await self.render(event)
         self.last_sent = event["id"]
-        await self.send(text_data=html + live.cursor_fragment(event["id"]))
+        if html:  # else nothing to show: the page's cursor may lag; a replay shows nothing too
+            await self.send(text_data=html + live.cursor_fragment(event["id"]))
 
     async def replay(self, cursor: int) -> list[dict[str, Any]] | None:
         raise NotImplementedError
@@ -148,7 +155,12 @@ class SessionConsumer(_LiveConsumer):
         kind, payload = event["type"], event["payload"]
         if kind == SessionEventType.SESSION_STATUS:
             session = AlertSession.objects.get(id=self.session_id)
-            return live.session_fragments(event, session, selectors.session_usage(session))
+            html = live.session_fragments(event, session, selectors.session_usage(session))
+            if session.is_terminal:  # it can be scored now
+                html += scoring_views.score_fragments(self.session_id)
+            return html
+        if kind == SessionEventType.SCORE_UPDATED:
+            return scoring_views.score_fragments(self.session_id)
         if kind == SessionEventType.STAGE_STATUS:
             stage = Stage.objects.select_related("session").filter(id=payload["stage_id"]).first()
             if stage is None:
@@ -191,9 +203,7 @@ class SessionListConsumer(_LiveConsumer):
         limit = settings.TARSY_CATCHUP_LIMIT
 
         def load() -> list[dict[str, Any]] | None:
-            events = selectors.events_after(
-                cursor, types=[SessionEventType.SESSION_STATUS], limit=limit + 1
-            )
+            events = selectors.events_after(cursor, types=list(LIST_EVENT_TYPES), limit=limit + 1)
             if len(events) > limit:
                 return None
             return [event_message(e) for e in events]
@@ -207,6 +217,11 @@ class SessionListConsumer(_LiveConsumer):
         session = AlertSession.objects.filter(id=event["session_id"]).first()
         if session is None:
             return ""
+        if event["type"] != SessionEventType.SESSION_STATUS:
+            if event["payload"].get("actor") == "system":
+                return ""  # entering review as it ends: its session.status row shows that
+            # A review or a score moved: the row shows it, wherever the page shows the row.
+            return live.row_fragment(session, upsert=False)
         html = _panels_html(event["id"], session.id)
         if session.is_terminal and listing.matches(self.state, session.id):
             # Only the row depends on this page's filters: new at the top of page 1 of

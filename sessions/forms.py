@@ -4,6 +4,7 @@ import uuid
 
 from django import forms
 
+from agents import runbooks
 from agents.config import get_config
 from sessions.intake import AlertRejected, ValidAlert, validate_alert
 
@@ -24,8 +25,20 @@ class AlertForm(forms.Form):
         strip=False,
         help_text="Any text: JSON, YAML, a log excerpt… up to 1 MiB.",
     )
-    runbook = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="Optional."
+    runbook = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
+    # Offered when system.runbooks.repo_url is set; intake checks the URL like a typed one.
+    runbook_choice = forms.CharField(
+        label="Runbook from the repository",
+        required=False,
+        widget=forms.Select,
+        help_text="Or pick one of the runbooks in the repository (instead of the field above).",
+    )
+    slack_message_fingerprint = forms.CharField(
+        label="Slack message fingerprint",
+        required=False,
+        max_length=500,
+        help_text="Optional: text of the Slack message this alert came from; TARSy replies in "
+        "its thread (messages of the last 24 hours).",
     )
     # The REST API's ``mcp`` override. Nothing ticked: the chain's own servers.
     mcp_servers = forms.MultipleChoiceField(
@@ -52,6 +65,7 @@ class AlertForm(forms.Form):
         self.fields["alert_type"].choices = [(t, t) for t in config.alert_types]
         self.fields["alert_type"].initial = config.defaults.alert_type
         self.fields["data"].initial = EXAMPLE_ALERT
+        self._runbook_fields(config)
         self.fields["mcp_servers"].choices = [(s, s) for s in sorted(config.mcp_servers)]
         listed = MCPServerHealth.objects.filter(server_id__in=config.mcp_servers)
         self.fields["mcp_tools"].choices = [
@@ -59,6 +73,20 @@ class AlertForm(forms.Form):
             for health in listed
             for tool in sorted(health.tools, key=lambda t: t["name"])
         ]
+
+    def _runbook_fields(self, config) -> None:
+        allowed = ", ".join(config.system.runbooks.allowed_domains) or "none"
+        help_text = f"Optional: the runbook's text, or its URL (allowed domains: {allowed})."
+        self.fields["runbook"].help_text = help_text
+        listed = runbooks.list_runbooks(config)
+        if listed:
+            self.fields["runbook_choice"].widget.choices = [("", "—")] + [
+                (url, url.rsplit("/", 1)[-1]) for url in listed
+            ]
+        else:
+            del self.fields["runbook_choice"]
+        if not config.system.slack.enabled:
+            del self.fields["slack_message_fingerprint"]
 
     def selection(self) -> dict | None:
         """The ticked servers and tools as the API's ``mcp`` object (None: nothing ticked)."""
@@ -89,12 +117,22 @@ class AlertForm(forms.Form):
                 self.alert: ValidAlert = validate_alert(
                     data=cleaned["data"],
                     alert_type=cleaned["alert_type"],
-                    runbook=cleaned.get("runbook", ""),
+                    runbook=self._runbook(cleaned),
                     mcp=self.selection(),
+                    slack_message_fingerprint=cleaned.get("slack_message_fingerprint", ""),
                 )
             except AlertRejected as rejected:
                 raise forms.ValidationError(str(rejected)) from None
         return cleaned
+
+    def _runbook(self, cleaned: dict) -> str:
+        written, chosen = cleaned.get("runbook", ""), cleaned.get("runbook_choice", "")
+        if written.strip() and chosen:
+            raise forms.ValidationError(
+                "Give one runbook: either write one (text or URL) or pick one from the "
+                "repository, not both."
+            )
+        return chosen or written
 
 
 def resubmitted_alert(session_id: str) -> tuple[dict, str]:
@@ -114,7 +152,8 @@ def resubmitted_alert(session_id: str) -> tuple[dict, str]:
     return {
         "alert_type": session.alert_type,
         "data": session.alert_data,
-        "runbook": session.runbook,
+        "runbook": session.runbook_url or session.runbook,
+        "slack_message_fingerprint": session.slack_message_fingerprint,
         "mcp_servers": [server["name"] for server in servers],
         "mcp_tools": [f"{s['name']}.{tool}" for s in servers for tool in s.get("tools", [])],
     }, ""

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 
+from agents import runbooks
 from agents.config import get_config
 from agents.masking import mask_alert
 
@@ -24,7 +25,9 @@ class ValidAlert:
     alert_type: str
     chain_id: str
     data: str
-    runbook: str = ""
+    runbook: str = ""  # the runbook's text; a URL goes to ``runbook_url``
+    runbook_url: str = ""
+    slack_message_fingerprint: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     # The alert's own choice of MCP servers, tools and Gemini native tools (``mcp``).
     mcp_selection: dict[str, Any] | None = None
@@ -33,7 +36,9 @@ class ValidAlert:
 # Alerts are a few levels deep (Alertmanager's webhook is four); anything far deeper is
 # an attack on the parser, the masker or the LLM prompt.
 MAX_JSON_DEPTH = 32
-ALLOWED_FIELDS = ("alert_type", "runbook", "data", "mcp")
+ALLOWED_FIELDS = ("alert_type", "runbook", "data", "mcp", "slack_message_fingerprint")
+RUNBOOK_URL_LIMIT = 2000  # characters (AlertSession.runbook_url)
+FINGERPRINT_LIMIT = 500  # characters (AlertSession.slack_message_fingerprint)
 MCP_KEYS = ("servers", "native_tools")
 MCP_SERVER_KEYS = ("name", "tools")
 NATIVE_TOOLS = ("google_search", "code_execution", "url_context")
@@ -77,6 +82,7 @@ def validate_alert(
     alert_type: Any = None,
     runbook: Any = None,
     mcp: Any = None,
+    slack_message_fingerprint: Any = None,
     unknown_fields: set[str] = frozenset(),
 ) -> ValidAlert:
     if unknown_fields:
@@ -98,6 +104,7 @@ def validate_alert(
         raise AlertRejected(f"'runbook' must be a string, got {type(runbook).__name__}")
     _check_size("runbook", runbook or "")
     config = get_config()
+    runbook_url = _runbook_url(runbook or "", config.system.runbooks.allowed_domains)
     if alert_type in (None, ""):
         alert_type = config.defaults.alert_type
     if not isinstance(alert_type, str):
@@ -115,9 +122,48 @@ def validate_alert(
         alert_type=alert_type,
         chain_id=chain.id,
         data=mask_alert(data),
-        runbook=mask_alert(runbook or ""),
+        runbook="" if runbook_url else mask_alert(runbook or ""),
+        runbook_url=runbook_url,
+        slack_message_fingerprint=_fingerprint(slack_message_fingerprint),
         mcp_selection=validate_mcp_selection(mcp),
     )
+
+
+def _runbook_url(runbook: str, allowed_domains: tuple[str, ...]) -> str:
+    """The runbook's URL, checked against the allowlist; "" for a runbook given as text."""
+    if not runbooks.looks_like_url(runbook):
+        return ""
+    url = runbook.strip()
+    if len(url) > RUNBOOK_URL_LIMIT:
+        raise AlertRejected(
+            f"invalid runbook URL: it is {len(url)} characters; the limit is {RUNBOOK_URL_LIMIT}"
+        )
+    try:
+        runbooks.check_url(url, allowed_domains)
+    except runbooks.RunbookError as exc:
+        raise AlertRejected(f"invalid runbook URL: {exc}") from None
+    if mask_alert(url) != url:
+        # Stored and shown as it is, so it must not carry a credential.
+        raise AlertRejected(
+            "invalid runbook URL: it contains what looks like a secret; give private "
+            "repositories' token to TARSy with system.github.token_env instead"
+        )
+    return url
+
+
+def _fingerprint(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise AlertRejected(
+            f"'slack_message_fingerprint' must be a string, got {type(value).__name__}"
+        )
+    if len(value.strip()) > FINGERPRINT_LIMIT:
+        raise AlertRejected(
+            f"'slack_message_fingerprint' is {len(value.strip())} characters; the limit is "
+            f"{FINGERPRINT_LIMIT}"
+        )
+    return value.strip()
 
 
 def validate_mcp_selection(value: Any) -> dict[str, Any] | None:

@@ -14,12 +14,29 @@ from urllib.parse import urlencode
 
 from django.core.paginator import Page, Paginator
 from django.db import connection
-from django.db.models import DurationField, ExpressionWrapper, F, QuerySet
+from django.db.models import (
+    Case,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    QuerySet,
+    Value,
+    When,
+)
+from django.db.models.functions import NullIf
 from django.http import QueryDict
 from django.utils import timezone
 
 from sessions import search
-from sessions.models import TERMINAL_SESSION_STATUSES, AlertSession, SessionStatus
+from sessions.models import (
+    TERMINAL_SESSION_STATUSES,
+    AlertSession,
+    QualityRating,
+    ReviewStatus,
+    SessionStatus,
+)
+from sessions.scoring_selectors import attach_latest_scores
 
 PAGE_SIZES = (10, 25, 50, 100)
 DEFAULT_PAGE_SIZE = 25
@@ -41,6 +58,16 @@ SORTS = {
     ),
     "tokens": F("total_tokens"),
     "cost": F("estimated_cost_usd"),
+    # Review columns: in workflow order, best rating first; nobody's last (NULLABLE_SORTS).
+    "review": Case(
+        *(When(review_status=s, then=Value(i)) for i, s in enumerate(ReviewStatus.values)),
+        output_field=IntegerField(),
+    ),
+    "assignee": NullIf(F("assignee"), Value("")),
+    "rating": Case(
+        *(When(quality_rating=r, then=Value(i)) for i, r in enumerate(QualityRating.values)),
+        output_field=IntegerField(),
+    ),
 }
 COLUMNS = [
     ("status", "Status"),
@@ -51,10 +78,15 @@ COLUMNS = [
     ("duration", "Duration"),
     ("tokens", "Tokens"),
     ("cost", "Est. cost"),
+    ("review", "Review"),
+    ("assignee", "Assignee"),
+    ("rating", "Quality"),
 ]
 DEFAULT_SORT = "-submitted"
 HISTORY_STATUSES = [str(s) for s in TERMINAL_SESSION_STATUSES]
 MAX_TEXT_FILTER = 150
+# The assignee filter's "nobody": not a possible username (Django's allow no "~").
+UNASSIGNED = "~unassigned"
 
 
 @dataclass(frozen=True)
@@ -68,6 +100,9 @@ class ListState:
     end: datetime | None = None
     q: str = ""
     query: search.Query | None = None
+    review_statuses: tuple[str, ...] = ()
+    assignee: str = ""  # a username, or UNASSIGNED
+    rating: str = ""
     sort: str = DEFAULT_SORT
     page: int = 1
     per_page: int = DEFAULT_PAGE_SIZE
@@ -93,6 +128,7 @@ class ListState:
                 value = ""
             texts[name] = value
         window, start, end = _time_range(params, problems)
+        review = _review_filters(params, problems)
         q = params.get("q", "").strip()[:500]
         query = None
         if q:
@@ -120,6 +156,7 @@ class ListState:
             per_page=per_page,
             problems=tuple(problems),
             **texts,
+            **review,
         )
 
     @property
@@ -137,6 +174,9 @@ class ListState:
             or self.author
             or self.range
             or self.query
+            or self.review_statuses
+            or self.assignee
+            or self.rating
         )
 
     def params(self, **changes: Any) -> str:
@@ -146,6 +186,11 @@ class ListState:
         for name in ("alert_type", "chain", "author", "q"):
             if value := getattr(state, name):
                 pairs.append((name, value))
+        pairs += [("review_status", s) for s in state.review_statuses]
+        if state.assignee:
+            pairs.append(("assignee", state.assignee))
+        if state.rating:
+            pairs.append(("quality_rating", state.rating))
         if state.range:
             pairs.append(("range", state.range))
             if state.range == "custom":
@@ -187,7 +232,7 @@ class ListState:
 
 ACTIVE_STATUSES = [s for s in SessionStatus.values if s not in HISTORY_STATUSES]
 # Sorts by a column that may be empty put the empty ones last, both ways.
-NULLABLE_SORTS = {"duration", "cost"}
+NULLABLE_SORTS = {"duration", "cost", "review", "assignee", "rating"}
 # A search that matches more sessions than this says "1,000+" and pages through these.
 SEARCH_COUNT_CAP = 1000
 
@@ -210,6 +255,12 @@ def history(state: ListState) -> QuerySet[AlertSession]:
         sessions = sessions.filter(created_at__gte=state.start)
     if state.end:
         sessions = sessions.filter(created_at__lt=state.end)
+    if state.review_statuses:
+        sessions = sessions.filter(review_status__in=state.review_statuses)
+    if state.assignee:
+        sessions = sessions.filter(assignee="" if state.assignee == UNASSIGNED else state.assignee)
+    if state.rating:
+        sessions = sessions.filter(quality_rating=state.rating)
     if state.query:
         sessions = search.matching(sessions, state.query)
     column = state.sort.removeprefix("-")
@@ -240,6 +291,8 @@ def history_page(state: ListState) -> HistoryPage:
         page = Paginator(results, state.per_page).get_page(state.page)
     else:
         page = Paginator(history(state), state.per_page).get_page(state.page)
+    # Each row's score badge: the page's newest scores in one query.
+    page.object_list = attach_latest_scores(list(page.object_list))
     snippets = search.snippets([s.id for s in page.object_list], state.query) if state.query else {}
     return HistoryPage(page, snippets, capped)
 
@@ -302,6 +355,15 @@ def _sql_filters(state: ListState) -> tuple[list[str], list]:
         if value:
             filters.append(f"a.{column} = %s")
             params.append(value)
+    if state.review_statuses:
+        filters.append(f"a.review_status IN ({', '.join(['%s'] * len(state.review_statuses))})")
+        params += list(state.review_statuses)
+    if state.assignee:
+        filters.append("a.assignee = %s")
+        params.append("" if state.assignee == UNASSIGNED else state.assignee)
+    if state.rating:
+        filters.append("a.quality_rating = %s")
+        params.append(state.rating)
     if state.start:
         filters.append("a.created_at >= %s")
         params.append(ops.adapt_datetimefield_value(state.start))
@@ -314,6 +376,28 @@ def _sql_filters(state: ListState) -> tuple[list[str], list]:
 def matches(state: ListState, session_id: Any) -> bool:
     """Whether the session belongs on a page showing ``state`` (live updates)."""
     return history(state).filter(id=session_id).exists()
+
+
+def _review_filters(params: QueryDict, problems: list[str]) -> dict[str, Any]:
+    """Review status (several), assignee (a username or ``UNASSIGNED``) and quality."""
+    statuses = tuple(s for s in params.getlist("review_status") if s)
+    if unknown := [s for s in statuses if s not in ReviewStatus.values]:
+        problems.append(
+            f"Unknown review status {', '.join(unknown)[:100]}; one of "
+            f"{', '.join(ReviewStatus.values)}."
+        )
+        statuses = tuple(s for s in statuses if s in ReviewStatus.values)
+    assignee = params.get("assignee", "").strip()
+    if len(assignee) > MAX_TEXT_FILTER:
+        problems.append(f"The assignee filter is over {MAX_TEXT_FILTER} characters; ignored.")
+        assignee = ""
+    rating = params.get("quality_rating", "")
+    if rating and rating not in QualityRating.values:
+        problems.append(
+            f"Unknown quality rating {rating[:50]!r}; one of {', '.join(QualityRating.values)}."
+        )
+        rating = ""
+    return {"review_statuses": statuses, "assignee": assignee, "rating": rating}
 
 
 def _time_range(

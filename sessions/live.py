@@ -15,12 +15,15 @@ from typing import Any
 from django.template.loader import render_to_string
 from django.utils.html import escape
 
+from sessions.chat_views import chat_box_html
 from sessions.models import (
     AgentExecution,
     AlertSession,
     ExecutionStatus,
     SessionEventType,
     Stage,
+    StageType,
+    TimelineEventType,
 )
 
 SESSION_STATUS = SessionEventType.SESSION_STATUS
@@ -45,6 +48,7 @@ class TimelineItem:
     sequence_number: int = 0
     execution_id: int | None = None
     content_length: int | None = None
+    stage_id: int | None = None
 
     def __post_init__(self) -> None:
         if self.content_length is None:
@@ -69,6 +73,7 @@ class TimelineItem:
             event.sequence_number,
             event.execution_id,
             getattr(event, "content_length", None),
+            event.stage_id,
         )
 
     @classmethod
@@ -81,6 +86,7 @@ class TimelineItem:
             payload.get("metadata") or {},
             payload.get("sequence_number", 0),
             payload.get("execution_id"),
+            stage_id=payload.get("stage_id"),
         )
 
     @property
@@ -96,10 +102,13 @@ class TimelineItem:
 
     @property
     def container(self) -> str:
-        """Where the page keeps this item: its agent's card, or the session's own list."""
-        if self.execution_id is None:
-            return "#session-items"
-        return f"#execution-{self.execution_id}-items"
+        """Where the page keeps this item: its agent's card, its stage's own list (a chat
+        question), or the session's own list."""
+        if self.execution_id is not None:
+            return f"#execution-{self.execution_id}-items"
+        if self.stage_id is not None:
+            return f"#stage-{self.stage_id}-items"
+        return "#session-items"
 
 
 @dataclass
@@ -115,19 +124,21 @@ class ExecutionNode:
 class StageNode:
     stage: Stage
     executions: list[ExecutionNode] = field(default_factory=list)
+    items: list[TimelineItem] = field(default_factory=list)  # the stage's own: a chat question
 
 
 def session_tree(
     stages: list[Stage], executions: list[AgentExecution], items: list[TimelineItem]
 ) -> tuple[list[StageNode], list[TimelineItem]]:
-    """Stages in order, each with its agents (sub-agents nested under the agent that
-    dispatched them), each with its items; and the items of the session itself."""
+    """Stages in order, each with its own items and its agents (sub-agents nested under
+    the agent that dispatched them), each with its items; and the items of the session
+    itself."""
     nodes = {e.id: ExecutionNode(e) for e in executions}
+    by_stage = {stage.id: StageNode(stage) for stage in stages}
     loose = []
     for item in items:
-        node = nodes.get(item.execution_id) if item.execution_id else None
+        node = nodes.get(item.execution_id) if item.execution_id else by_stage.get(item.stage_id)
         (node.items if node else loose).append(item)
-    by_stage = {stage.id: StageNode(stage) for stage in stages}
     for execution in executions:
         node = nodes[execution.id]
         if execution.parent_execution_id in nodes:
@@ -148,15 +159,24 @@ def cancellable(execution: AgentExecution) -> bool:
 
 
 def render_item(item: TimelineItem, *, live: bool = False) -> str:
-    return render_to_string("sessions/partials/_timeline_item.html", {"item": item, "live": live})
+    context: dict[str, Any] = {"item": item, "live": live}
+    if item.event_type == TimelineEventType.FINAL_ANALYSIS and item.stage_id:
+        # A chat stage's final analysis is the answer to its question, and says so.
+        context["stage"] = Stage.objects.filter(id=item.stage_id).only("stage_type").first()
+    return render_to_string("sessions/partials/_timeline_item.html", context)
 
 
 def stage_fragment(stage: Stage, *, created: bool) -> str:
-    """A new stage's (empty) section, or the header of one the page already has."""
+    """A new stage's (empty) section, or the header of one the page already has. A chat
+    stage starting or ending also changes what the chat box offers."""
     template = "_stage.html" if created else "_stage_header.html"
-    return render_to_string(
-        f"sessions/partials/{template}", {"stage": stage, "executions": [], "live": True}
+    html = render_to_string(
+        f"sessions/partials/{template}",
+        {"stage": stage, "executions": [], "items": [], "live": True},
     )
+    if stage.stage_type == StageType.CHAT:
+        html += chat_box_html(stage.session, live=True)
+    return html
 
 
 def execution_fragment(execution: AgentExecution, *, created: bool) -> str:
@@ -186,11 +206,22 @@ def session_fragments(
             f"{escape(payload.get('delta', ''))}</span>"
         )
     if kind == SESSION_STATUS and session is not None:
+        # The chat box opens when the session ends.
         return render_to_string(
             "sessions/partials/_session_header.html",
             {"session": session, "usage": usage, "live": True},
-        )
+        ) + chat_box_html(session, live=True)
+    if kind == SessionEventType.REVIEW_STATUS:
+        return review_fragment(event["session_id"])
     return ""  # stage and execution events are rendered from their rows (consumers.py)
+
+
+def review_fragment(session_id: Any) -> str:
+    """The session page's review panel, as it is now (state, buttons, activity log)."""
+    session = AlertSession.objects.filter(id=session_id).first()
+    if session is None:
+        return ""
+    return render_to_string("sessions/partials/_review.html", {"session": session, "live": True})
 
 
 def stage_progress_fragment(session: AlertSession) -> str:

@@ -370,6 +370,9 @@ class SessionEventType(models.TextChoices):
     TIMELINE_CREATED = "timeline_event.created"
     TIMELINE_COMPLETED = "timeline_event.completed"
     STREAM_CHUNK = "stream.chunk"
+    REVIEW_STATUS = "review.status"
+    SCORE_UPDATED = "session.score_updated"
+    CHAT_CREATED = "chat.created"
 
 
 class SessionEvent(models.Model):

@@ -24,6 +24,13 @@ from sessions.models import SessionEvent, SessionEventType
 logger = logging.getLogger(__name__)
 
 LIST_GROUP = "sessions"
+# What the session list follows: statuses (panels and rows), and what its rows show of a
+# session's review and score.
+LIST_EVENT_TYPES = (
+    SessionEventType.SESSION_STATUS,
+    SessionEventType.REVIEW_STATUS,
+    SessionEventType.SCORE_UPDATED,
+)
 BATCH = 1000
 GAP_GRACE = 2.0  # seconds to wait for an uncommitted event before skipping its id
 
@@ -99,7 +106,7 @@ class EventRelay:
             for event in self.deliverable(events):
                 message = {"type": "relay.event", "event": event_message(event)}
                 await layer.group_send(session_group(event.session_id), message)
-                if event.type == SessionEventType.SESSION_STATUS:
+                if event.type in LIST_EVENT_TYPES:
                     await layer.group_send(LIST_GROUP, message)
                 self.cursor = event.id
             if len(events) < BATCH:

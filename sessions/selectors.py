@@ -127,10 +127,13 @@ def session_panels() -> Panels:
 
 def stage_progress(session: AlertSession) -> str:
     """``stage 2 of 3`` once a chain has started: its investigation and action stages so
-    far (synthesis and the executive summary are steps, not stages of the chain)."""
+    far (synthesis, the executive summary, chat answers and scoring are steps, not stages
+    of the chain)."""
     from agents.config import get_config
 
-    started = session.stages.exclude(stage_type__in=("exec_summary", "synthesis")).count()
+    started = session.stages.exclude(
+        stage_type__in=("exec_summary", "synthesis", "chat", "scoring")
+    ).count()
     chain = get_config().chains.get(session.chain_id)
     if not started or chain is None:
         return ""

@@ -1,11 +1,11 @@
 """Keeping the workers honest: TARSy's side of ``manage.py qcluster``.
 
 **Recovery**, in the cluster's main process, every ``TARSY_RECOVERY_INTERVAL``: record the
-cluster's own heartbeat (for /health and for the other clusters), time out sessions whose
-worker stopped heart-beating, queue again the pending sessions a dead cluster may have
-pulled (as soon as it is known dead: three missed beats) and any that no worker started
-within ``TARSY_PENDING_RECOVERY_AFTER``, and queue sessions waiting for room under
-``TARSY_MAX_CONCURRENT_SESSIONS``. Every cluster does this; every step is a conditional write, so two
+cluster's own heartbeat (for /health and for the other clusters), time out sessions (and
+chat answers) whose worker stopped heart-beating, queue again the pending sessions a dead
+cluster may have pulled (as soon as it is known dead: three missed beats) and any
+that no worker started within ``TARSY_PENDING_RECOVERY_AFTER`` (chat questions too), and
+queue sessions waiting for room under ``TARSY_MAX_CONCURRENT_SESSIONS``. Every cluster does this; every step is a conditional write, so two
 clusters never do the same thing twice.
 
 **No orphans.** django-q2's processes form a tree: main → sentinel → workers, pusher,
@@ -105,8 +105,14 @@ def running(session_id: str) -> Iterator[None]:
 def recover() -> dict[str, int]:
     """One recovery pass; returns what it did (for the log and the tests)."""
     reaped = services.sessions_time_out_orphans(threshold_seconds=settings.TARSY_ORPHAN_THRESHOLD)
+    reaped += services.chat_messages_time_out_orphans(
+        threshold_seconds=settings.TARSY_ORPHAN_THRESHOLD
+    )
     stranded = services.worker_clusters_bury(silent_for_seconds=cluster_silence_limit())
     requeued = services.sessions_requeue_lost(
+        older_than_seconds=settings.TARSY_PENDING_RECOVERY_AFTER
+    )
+    requeued += services.chat_messages_requeue_lost(
         older_than_seconds=settings.TARSY_PENDING_RECOVERY_AFTER
     )
     dispatched = services.sessions_dispatch_waiting()

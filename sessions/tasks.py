@@ -33,3 +33,52 @@ def run_session(session_id: str) -> str:
             return asyncio.run(execute_session(claim.lease, should_stop=supervision.stop_reason))
         finally:
             close_old_connections()
+
+
+def run_chat_message(message_id: str) -> str:
+    """Answer one follow-up question. Idempotent like ``run_session``: a re-delivered or
+    duplicate task finds the question taken (or answered) and does nothing."""
+    with supervision.running(message_id):
+        if supervision.cluster_lost():
+            return "skipped: this worker's cluster is gone"
+        close_old_connections()
+        lease = services.chat_message_claim(
+            message_id=message_id, worker_id=f"{socket.gethostname()}:{os.getpid()}"
+        )
+        if lease is None:
+            logger.info("chat message %s: skipped (not pending)", message_id)
+            return "skipped"
+        from agents.chat import execute_chat
+
+        try:
+            return asyncio.run(execute_chat(lease, should_stop=supervision.stop_reason))
+        finally:
+            close_old_connections()
+
+
+def slack_notify(session_id: str, kind: str) -> str:
+    """Post a session's Slack message (``start`` or ``end``) once; failures are recorded on
+    the session, never raised (fail open)."""
+    from sessions import slack
+
+    close_old_connections()
+    message = slack.deliver(session_id, kind)
+    return "skipped" if message is None else message.status
+
+
+def score_session(score_id: str) -> str:
+    """Score one ended session. Idempotent like ``run_session``: a duplicate or
+    re-delivered task finds the score claimed (or ended) and does nothing."""
+    close_old_connections()
+    lease = services.score_claim(
+        score_id=score_id, worker_id=f"{socket.gethostname()}:{os.getpid()}"
+    )
+    if lease is None:
+        logger.info("score %s: skipped (not pending)", score_id)
+        return "skipped"
+    from agents.scoring import execute_scoring
+
+    try:
+        return asyncio.run(execute_scoring(lease))
+    finally:
+        close_old_connections()

@@ -65,6 +65,8 @@ def session_new(request: HttpRequest) -> HttpResponse:
                 alert_data=form.alert.data,
                 chain_id=form.alert.chain_id,
                 runbook=form.alert.runbook,
+                runbook_url=form.alert.runbook_url,
+                slack_message_fingerprint=form.alert.slack_message_fingerprint,
                 mcp_selection=form.alert.mcp_selection,
                 author=request.user.get_username(),
             )

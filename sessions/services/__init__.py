@@ -13,14 +13,28 @@ The reaper decides with one conditional UPDATE that takes the lease, then writes
 consequences under it, in the same transaction.
 
 Modules: ``lifecycle`` (create, claim, end, reap), ``queue`` (tasks, recovery, worker
-clusters), ``records`` (what a worker writes while it runs), ``leases``, ``events``.
+clusters), ``records`` (what a worker writes while it runs), ``chat`` (follow-up
+questions on ended sessions and their answers), ``review`` (the review workflow of
+ended sessions), ``leases``, ``events``.
 """
 
+from sessions.services.chat import (
+    CHAT_CONTENT_LIMIT,
+    ChatRejected,
+    chat_message_claim,
+    chat_message_end,
+    chat_message_send,
+    chat_messages_requeue_lost,
+    chat_messages_time_out_orphans,
+    chat_unavailable_reason,
+)
 from sessions.services.events import event_publish, serialize_transaction
 from sessions.services.leases import (
+    ChatLease,
     Lease,
     LeaseLost,
     LeaseState,
+    ScoreLease,
     session_heartbeat,
     session_lease_status,
 )
@@ -60,15 +74,50 @@ from sessions.services.records import (
     timeline_event_complete,
     timeline_payload,
 )
+from sessions.services.review import (
+    ReviewChange,
+    ReviewConflict,
+    ReviewNotFound,
+    ReviewRejected,
+    ReviewResult,
+    review_apply,
+    reviews_apply,
+)
+from sessions.services.scoring import (
+    NotScorable,
+    ScoringInProgress,
+    score_claim,
+    score_request,
+    scores_requeue_lost,
+    scores_time_out_orphans,
+)
+from sessions.services.slack import slack_message_record
 
 __all__ = [
     "CANCEL_REASON_LIMIT",
+    "CHAT_CONTENT_LIMIT",
+    "ChatLease",
+    "ChatRejected",
     "Claim",
     "Lease",
     "LeaseLost",
     "LeaseState",
     "NotCancellable",
+    "NotScorable",
+    "ReviewChange",
+    "ReviewConflict",
+    "ReviewNotFound",
+    "ReviewRejected",
+    "ReviewResult",
+    "ScoreLease",
+    "ScoringInProgress",
     "SessionNotQueued",
+    "chat_message_claim",
+    "chat_message_end",
+    "chat_message_send",
+    "chat_messages_requeue_lost",
+    "chat_messages_time_out_orphans",
+    "chat_unavailable_reason",
     "event_publish",
     "execution_cancel",
     "execution_finish",
@@ -78,6 +127,12 @@ __all__ = [
     "mcp_interaction_create",
     "mcp_server_health_record",
     "message_create",
+    "review_apply",
+    "reviews_apply",
+    "score_claim",
+    "score_request",
+    "scores_requeue_lost",
+    "scores_time_out_orphans",
     "serialize_transaction",
     "session_cancel",
     "session_claim",
@@ -89,6 +144,7 @@ __all__ = [
     "sessions_dispatch_waiting",
     "sessions_requeue_lost",
     "sessions_time_out_orphans",
+    "slack_message_record",
     "stage_finish",
     "stage_start",
     "timeline_event_add",

@@ -1,4 +1,10 @@
-"""Who may write about a running session: the holder of its lease."""
+"""Who may write about a running session: the holder of its lease.
+
+A session's lease lives on its row while it runs. Work on an ended session is fenced the
+same way by a lease on its own row: a follow-up chat answer on its ``ChatMessage``
+(``ChatLease``), a scoring on its ``SessionScore`` (``ScoreLease``). Every writer in
+``records`` takes any of them.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from sessions.models import AgentExecution, AlertSession, ExecutionStatus
+from sessions.models import (
+    AgentExecution,
+    AlertSession,
+    ChatMessage,
+    ExecutionStatus,
+    ScoreStatus,
+    SessionScore,
+)
 
 
 @dataclass(frozen=True)
@@ -18,6 +32,38 @@ class Lease:
 
     session_id: Any
     token: uuid.UUID
+
+    def holder(self) -> QuerySet:
+        """The row carrying this lease, while it is still held."""
+        return AlertSession.objects.filter(id=self.session_id, lease_token=self.token)
+
+
+@dataclass(frozen=True)
+class ChatLease(Lease):
+    """The right to write about an ended session while answering one of its chat
+    messages: the session gave its own lease up when it ended, so the message holds one."""
+
+    message_id: Any
+
+    def holder(self) -> QuerySet:
+        return ChatMessage.objects.filter(
+            id=self.message_id, session_id=self.session_id, lease_token=self.token
+        )
+
+
+@dataclass(frozen=True)
+class ScoreLease(Lease):
+    """The right to write a scoring of an ended session (its stage, items and calls)."""
+
+    score_id: Any
+
+    def holder(self) -> QuerySet:
+        return SessionScore.objects.filter(
+            id=self.score_id,
+            session_id=self.session_id,
+            lease_token=self.token,
+            status=ScoreStatus.IN_PROGRESS,
+        )
 
 
 class LeaseLost(Exception):
@@ -32,14 +78,11 @@ class LeaseLost(Exception):
 def hold(lease: Lease) -> None:
     """Renew ``lease`` inside the current transaction, or raise ``LeaseLost``.
 
-    The UPDATE also locks the session row until commit (on PostgreSQL; SQLite's write
-    lock covers the whole database), so the reaper cannot take the session between this
-    check and the write it guards. It doubles as the session's heartbeat.
+    The UPDATE also locks the leased row until commit (on PostgreSQL; SQLite's write
+    lock covers the whole database), so the reaper cannot take the session (or chat
+    message) between this check and the write it guards. It doubles as the heartbeat.
     """
-    held = AlertSession.objects.filter(id=lease.session_id, lease_token=lease.token).update(
-        heartbeat_at=timezone.now()
-    )
-    if held != 1:
+    if lease.holder().update(heartbeat_at=timezone.now()) != 1:
         raise LeaseLost(lease)
 
 
@@ -50,7 +93,8 @@ def session_heartbeat(*, lease: Lease) -> None:
 
 @dataclass(frozen=True)
 class LeaseState:
-    status: str  # in_progress, or cancelling once a cancel was asked for
+    # in_progress (a chat message: running), or cancelling once a cancel was asked for
+    status: str
     cancelled_by: str = ""
     cancel_reason: str = ""
     # Executions someone asked to stop, still running: (execution id, attribution).
@@ -64,6 +108,11 @@ class LeaseState:
 
 def session_lease_status(*, lease: Lease) -> LeaseState | None:
     """What the holder of ``lease`` must act on; None once the lease is lost."""
+    if isinstance(lease, ChatLease):
+        row = lease.holder().values_list("status", "cancelled_by").first()
+        return None if row is None else LeaseState(*row)
+    if isinstance(lease, ScoreLease):
+        return LeaseState(ScoreStatus.IN_PROGRESS) if lease.holder().exists() else None
     row = (
         AlertSession.objects.filter(id=lease.session_id, lease_token=lease.token)
         .values_list("status", "cancelled_by", "cancel_reason")

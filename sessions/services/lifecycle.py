@@ -26,7 +26,8 @@ from sessions.models import (
     TimelineEventStatus,
     TimelineEventType,
 )
-from sessions.services import followups
+from sessions.services import followups, scoring
+from sessions.services.chat import chat_answer_cancel
 from sessions.services.events import publish_session_status, serialize_transaction
 from sessions.services.leases import Lease, hold
 from sessions.services.queue import session_enqueue, sessions_dispatch_waiting
@@ -35,6 +36,7 @@ from sessions.services.records import (
     execution_close,
     item_create,
     publish_execution_status,
+    search_text_update,
     stage_close,
 )
 
@@ -46,6 +48,8 @@ def session_create(
     chain_id: str,
     author: str,
     runbook: str = "",
+    runbook_url: str = "",
+    slack_message_fingerprint: str = "",
     mcp_selection: dict[str, Any] | None = None,
 ) -> AlertSession:
     """Store an accepted alert together with its queued investigation, or neither.
@@ -61,6 +65,8 @@ def session_create(
             chain_id=chain_id,
             author=author,
             runbook=runbook,
+            runbook_url=runbook_url,
+            slack_message_fingerprint=slack_message_fingerprint,
             mcp_selection=mcp_selection,
             enqueued_at=timezone.now(),
         )
@@ -161,15 +167,6 @@ def session_end(
         transaction.on_commit(sessions_dispatch_waiting)
 
 
-def search_text_update(session_id: Any) -> None:
-    """What the session is found by, now that it has an analysis and a timeline."""
-    session = AlertSession.objects.get(id=session_id)
-    texts = session.timeline.order_by("id").values_list("content", flat=True)
-    SessionSearch.objects.update_or_create(
-        session=session, defaults={"body": search.document(session, list(texts))}
-    )
-
-
 CANCEL_REASON_LIMIT = 500  # characters; TARSy users know this cap
 
 
@@ -180,7 +177,8 @@ class NotCancellable(Exception):
 def session_cancel(*, session_id: Any, by: str, reason: str = "") -> SessionStatus:
     """Stop a session: a pending one is cancelled at once and never runs; a running one
     becomes ``cancelling`` and its worker, wherever it runs, ends it ``cancelled`` within
-    ``TARSY_LEASE_CHECK_INTERVAL``. Who and why are recorded now, not by the worker."""
+    ``TARSY_LEASE_CHECK_INTERVAL``. Who and why are recorded now, not by the worker. On
+    an ended session, the chat answer being written, if any, is stopped instead."""
     with transaction.atomic():
         serialize_transaction("tarsy-session-claim")
         now = timezone.now()
@@ -202,6 +200,9 @@ def session_cancel(*, session_id: Any, by: str, reason: str = "") -> SessionStat
         status = AlertSession.objects.filter(id=session_id).values_list("status", flat=True).first()
     if status == SessionStatus.CANCELLING:
         raise NotCancellable("the session is already being cancelled")
+    if chat_answer_cancel(session_id=session_id, by=by):
+        # An ended session's running chat answer is what a cancel stops (as in TARSy).
+        return SessionStatus.CANCELLING
     raise NotCancellable(f"the session has already ended ({status})")
 
 
@@ -283,4 +284,6 @@ def sessions_time_out_orphans(*, threshold_seconds: float) -> list[Any]:
                 )
             session_end(lease=lease, status=end, error_message=message, explain=True)
         reaped.append(session_id)
+    # Scorings run by workers too; the same staleness ends theirs (sessions untouched).
+    scoring.scores_time_out_orphans(threshold_seconds=threshold_seconds)
     return reaped

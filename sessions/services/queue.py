@@ -20,6 +20,7 @@ from sessions.models import (
     SessionStatus,
     WorkerCluster,
 )
+from sessions.services.scoring import scores_requeue_lost
 
 
 class SessionNotQueued(Exception):
@@ -52,6 +53,8 @@ def sessions_requeue_lost(*, older_than_seconds: float) -> list[Any]:
             if AlertSession.objects.filter(lost, id=session_id).update(enqueued_at=timezone.now()):
                 session_enqueue(session_id=session_id)
                 requeued.append(session_id)
+    # A pending score's task can be lost the same way; its recovery counts apart.
+    scores_requeue_lost(older_than_seconds=older_than_seconds)
     return requeued
 
 

@@ -10,6 +10,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from sessions import search
 from sessions.models import (
     AgentExecution,
     AlertSession,
@@ -20,6 +21,7 @@ from sessions.models import (
     ParallelType,
     SessionEvent,
     SessionEventType,
+    SessionSearch,
     Stage,
     StageType,
     TimelineEvent,
@@ -446,3 +448,13 @@ def mcp_interaction_create(
         return MCPInteraction.objects.create(
             session_id=execution.session_id, execution=execution, **fields
         )
+
+
+def search_text_update(session_id: Any) -> None:
+    """What the session is found by, now that it has an analysis and a timeline
+    (again after each chat answer, which adds to it)."""
+    session = AlertSession.objects.get(id=session_id)
+    texts = session.timeline.order_by("id").values_list("content", flat=True)
+    SessionSearch.objects.update_or_create(
+        session=session, defaults={"body": search.document(session, list(texts))}
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -387,3 +388,13 @@ def _read_url(process: subprocess.Popen, log: Path, timeout: float) -> str:
     raise RuntimeError(
         f"the fake Gemini did not start in {timeout} s:\n{log.read_text(errors='replace')}"
     )
+
+
+def normalized(html: str) -> str:
+    """A page's HTML as the server renders it, whatever the live path left behind: htmx's
+    attributes and classes on live-inserted elements, and the CSRF fields a form rendered
+    live lacks (htmx sends the token as a header)."""
+    html = re.sub(r'\s(hx-swap-oob|data-upsert-into|data-upsert-position)="[^"]*"', "", html)
+    html = re.sub(r'<input type="hidden" name="csrfmiddlewaretoken"[^>]*>', "", html)
+    html = re.sub(r'\sclass="([^"]*?)\s*htmx-[\w-]+"', r' class="\1"', html)
+    return re.sub(r">\s+<", "><", html).strip()

@@ -13,6 +13,7 @@ from tests.e2e.harness import (
     deployment,
     launch_browser,
     log_in,
+    normalized,
     submit_alert,
 )
 
@@ -74,7 +75,7 @@ def test_the_deep_demo_streams_two_agents_then_synthesis_and_summary(tmp_path, p
             live = page.inner_html("#timeline")
             page.reload()
             page.wait_for_selector("#executive-summary")
-            assert _normalized(page.inner_html("#timeline")) == _normalized(live)
+            assert normalized(page.inner_html("#timeline")) == normalized(live)
         except Exception:
             print(tarsy.log_tail())
             raise
@@ -117,12 +118,3 @@ def test_cancel_stops_a_running_investigation_and_keeps_what_it_said(tmp_path, p
             raise
         finally:
             browser.close()
-
-
-def _normalized(html: str) -> str:
-    """The same page, whatever htmx left behind on live-inserted elements."""
-    import re
-
-    html = re.sub(r'\s(hx-swap-oob|data-upsert-into|data-upsert-position)="[^"]*"', "", html)
-    html = re.sub(r'\sclass="([^"]*?)\s*htmx-[\w-]+"', r' class="\1"', html)
-    return re.sub(r">\s+<", "><", html).strip()

@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from tests.e2e.harness import demo_provider, deployment, launch_browser, log_in
+from tests.e2e.harness import demo_provider, deployment, launch_browser, log_in, normalized
 
 pytestmark = pytest.mark.e2e
 
@@ -216,10 +216,7 @@ def _normalized(html: str) -> str:
     html = re.sub(r'<span id="live-state"[^>]*>.*?</span>', "", html)
     html = re.sub(r'data-last-event-id="\d+"', "", html)
     html = re.sub(r'(<span class="elapsed"[^>]*>)[^<]*', r"\1", html)
-    html = re.sub(r'\s(hx-swap-oob|data-upsert-into|data-upsert-position)="[^"]*"', "", html)
-    html = re.sub(r'\sclass="([^"]*?)\s*htmx-[\w-]+"', r' class="\1"', html)
-    html = re.sub(r"\s+", " ", html)
-    return re.sub(r">\s+<", "><", html).strip()
+    return normalized(re.sub(r"\s+", " ", html))
 
 
 def test_markdown_renders_on_load_and_live_and_hostile_html_stays_inert(tmp_path, playwright):

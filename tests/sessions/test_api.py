@@ -161,12 +161,41 @@ def test_session_list_paginates_and_filters(client, api_token):
         ("page_size=500", "page_size must be between 1 and 100"),
         ("page=x", "page must be a whole number"),
         ("status=done", "unknown status done"),
+        ("review_status=done", "unknown review_status done; allowed: needs_review"),
+        ("quality_rating=great", "unknown quality_rating great; allowed: accurate"),
     ],
 )
 def test_session_list_rejects_bad_parameters(client, api_token, query, message):
     response = client.get(f"/api/v1/sessions?{query}", HTTP_AUTHORIZATION=f"Bearer {api_token}")
     assert response.status_code == 400
     assert message in response.json()["error"]
+
+
+def test_session_list_filters_by_review(client, api_token):
+    waiting = make_session(status="completed", review_status="needs_review")
+    mine = make_session(status="completed", review_status="in_progress", assignee="bob")
+    good = make_session(
+        status="completed", review_status="reviewed", assignee="bob", quality_rating="accurate"
+    )
+    make_session()  # running: no review yet
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {api_token}"}
+
+    def ids(query: str) -> set[str]:
+        body = client.get(f"/api/v1/sessions?{query}", **auth).json()
+        return {s["session_id"] for s in body["sessions"]}
+
+    assert ids("review_status=needs_review,in_progress") == {str(waiting.id), str(mine.id)}
+    assert ids("assignee=bob") == {str(mine.id), str(good.id)}
+    assert ids("assignee=&review_status=needs_review") == {str(waiting.id)}
+    assert ids("quality_rating=accurate") == {str(good.id)}
+    row = client.get(f"/api/v1/sessions/{good.id}", **auth).json()
+    assert (row["review_status"], row["assignee"], row["quality_rating"]) == (
+        "reviewed",
+        "bob",
+        "accurate",
+    )
+    assert row["action_taken"] is None
+    assert row["feedback_edited"] is False
 
 
 def test_session_detail_and_timeline(client, api_token):

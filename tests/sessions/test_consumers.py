@@ -316,3 +316,25 @@ async def test_the_panels_are_rendered_once_per_event_for_every_list_socket(user
         assert f'id="queued-{session.id}"' in message
         await communicator.disconnect()
     assert len(calls) == 1
+
+
+async def test_the_session_list_rows_follow_reviews_and_scores(user):
+    session, claim = await sync_to_async(running_session)()
+    await sync_to_async(services.session_end)(lease=claim, status="completed")
+    communicator = await connect(user, "/ws/sessions/")
+    cursor = await sync_to_async(lambda: SessionEvent.objects.latest("id").id)()
+    await communicator.send_json_to({"action": "subscribe", "last_event_id": cursor})
+
+    await sync_to_async(services.review_apply)(
+        session_id=session.id, actor="bob", change=services.ReviewChange("claim")
+    )
+    (message,) = await receive_until_quiet(communicator, quiet_for=1)
+    assert f'id="session-row-{session.id}"' in message
+    assert "data-upsert-into" not in message  # only a row the page shows
+    assert "bob" in message
+
+    await sync_to_async(services.score_request)(session_id=session.id, triggered_by="bob")
+    (message,) = await receive_until_quiet(communicator, quiet_for=1)
+    assert f'id="session-row-{session.id}"' in message
+    assert "scoring" in message
+    await communicator.disconnect()

@@ -1,0 +1,395 @@
+"""Scoring an ended investigation: a judge model reads it and rates it (ADR-0008, -0011).
+
+Two turns in one conversation, on a ``scoring`` stage of its own:
+1. the evaluation, outcome first, ending with ``TAGS:`` and ``SCORE:`` lines that are
+   parsed here; an answer without a valid score is sent back once with a correction,
+   and a second miss fails the scoring with the reason;
+2. the tool report: tools that were missing, and existing ones that were hard to use.
+
+The run writes under the score's lease (``services.scoring``): a worker that lost its
+score row (timed out by recovery) writes nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError
+
+from agents.config import get_config
+from agents.config_types import StageAgentConfig, StageConfig
+from agents.controller import AgentRun, SingleShotController, _describe
+from agents.prompts import (
+    SCORING_CORRECTION,
+    SCORING_EVALUATION_REQUEST,
+    SCORING_FAILURE_TAGS,
+    SCORING_TOOL_REPORT_REQUEST,
+)
+from agents.recorder import Recorder, db
+from agents.resolver import AgentSettings, ResolutionError, resolve, stage_agent_settings
+from llm.demo_script import INVESTIGATION_TO_SCORE, TOOL_REPORT_REQUEST
+from llm.types import ConversationMessage, Role
+from sessions.models import (
+    AgentExecution,
+    AlertSession,
+    MCPInteraction,
+    ScoreStatus,
+    Stage,
+    StageType,
+    TimelineEvent,
+    TimelineEventType,
+)
+from sessions.services import scoring as score_services
+from sessions.services.leases import LeaseLost, ScoreLease
+from sessions.services.scoring import ScoreResult
+
+logger = logging.getLogger(__name__)
+
+FAILURE_TAGS = tuple(term for term, _ in SCORING_FAILURE_TAGS)
+# The stages a judge reads: the investigation and what summed it up, not chats or
+# earlier scorings.
+SCORED_STAGE_TYPES = (
+    StageType.INVESTIGATION,
+    StageType.ACTION,
+    StageType.SYNTHESIS,
+    StageType.EXEC_SUMMARY,
+)
+# A tool result longer than this reaches the judge cut, with a note saying so.
+TOOL_RESULT_CHARS = 4000
+
+
+# --- the judge's answer ----------------------------------------------------------------------
+
+
+class MalformedScore(ValueError):
+    """The answer has no usable score; the message says what is wrong with it."""
+
+
+@dataclass(frozen=True)
+class ScoreAnswer:
+    score: int
+    analysis: str
+    tags: list[str]
+
+
+# "SCORE: 72", also "**Score:** 72/100" and the like: models decorate.
+_SCORE_LINE = re.compile(r"^[\s*_#>`-]*score[\s*_`]*[:=](?P<value>.*)$", re.IGNORECASE)
+_TAGS_LINE = re.compile(
+    r"^[\s*_#>`-]*(?:failure[ _])?tags[\s*_`]*[:=](?P<value>.*)$", re.IGNORECASE
+)
+_SCORE_VALUE = re.compile(r"^[\s*_`]*(?P<number>\d+)\s*(?:/\s*100)?[\s*_`.]*$")
+
+
+def parse_score(text: str) -> ScoreAnswer:
+    """The score (the last ``SCORE:`` line), the failure tags (the ``TAGS:`` line, or the
+    vocabulary's terms found in the text when there is none) and the analysis (the rest).
+    Raises ``MalformedScore`` when there is no whole number from 0 to 100."""
+    lines = text.strip().splitlines()
+    score_at = next((i for i in range(len(lines) - 1, -1, -1) if _SCORE_LINE.match(lines[i])), None)
+    if score_at is None:
+        raise MalformedScore("it has no 'SCORE: <0-100>' line")
+    value = _SCORE_LINE.match(lines[score_at])["value"].strip()
+    number = _SCORE_VALUE.match(value)
+    if number is None or int(number["number"]) > 100:
+        raise MalformedScore(
+            f"its SCORE line says {value[:40]!r}, not a whole number from 0 to 100"
+        )
+    tags_at = next((i for i in range(len(lines) - 1, -1, -1) if _TAGS_LINE.match(lines[i])), None)
+    analysis = "\n".join(
+        line for i, line in enumerate(lines) if i not in (score_at, tags_at)
+    ).strip()
+    if tags_at is not None:
+        named = _TAGS_LINE.match(lines[tags_at])["value"].lower()
+        found = set(re.findall(r"[a-z_]+", named))
+    else:
+        found = {term for term in FAILURE_TAGS if term in analysis.lower()}
+    return ScoreAnswer(
+        int(number["number"]), analysis, [term for term in FAILURE_TAGS if term in found]
+    )
+
+
+# --- the prompts -----------------------------------------------------------------------------
+
+
+def _evaluation_request() -> str:
+    tags = "\n".join(f"- {term}: {meaning}" for term, meaning in SCORING_FAILURE_TAGS)
+    return SCORING_EVALUATION_REQUEST.format(failure_tags=tags)
+
+
+def _tool_report_request() -> str:
+    return SCORING_TOOL_REPORT_REQUEST.format(heading=TOOL_REPORT_REQUEST)
+
+
+def prompt_hash(instructions: str) -> str:
+    """Which version of the judge's prompts made a score: its instructions and every fixed
+    text it is sent (not the investigation), so that changing any of them shows."""
+    texts = [instructions, _evaluation_request(), SCORING_CORRECTION, _tool_report_request()]
+    return hashlib.sha256("\n\x00\n".join(texts).encode()).hexdigest()
+
+
+def scoring_messages(instructions: str, investigation: str) -> list[ConversationMessage]:
+    user = f"{INVESTIGATION_TO_SCORE}\n\n{investigation}\n\n{_evaluation_request()}"
+    return [ConversationMessage(Role.SYSTEM, instructions), ConversationMessage(Role.USER, user)]
+
+
+def investigation_text(session: AlertSession) -> str:
+    """What the judge reads: the alert, each stage's agents with what they thought, the
+    tools they called with their results (masked when they were recorded), their
+    answers, the final analysis and the summary; then the tools that were available."""
+    parts = [f"### Alert\n\nType: {session.alert_type}\n\n{session.alert_data}"]
+    if session.runbook:
+        parts.append(f"### Runbook\n\n{session.runbook}")
+    stages = list(
+        Stage.objects.filter(session=session, stage_type__in=SCORED_STAGE_TYPES).order_by(
+            "index", "id"
+        )
+    )
+    executions: dict[int, list[AgentExecution]] = {}
+    for execution in AgentExecution.objects.filter(stage__in=stages).order_by("id"):
+        executions.setdefault(execution.stage_id, []).append(execution)
+    items: dict[int, list[TimelineEvent]] = {}
+    for item in TimelineEvent.objects.filter(execution__stage__in=stages).order_by("id"):
+        items.setdefault(item.execution_id, []).append(item)
+    for stage in stages:
+        parts.append(
+            f"### Stage {stage.index + 1}: {stage.name} ({stage.stage_type}, {stage.status})"
+        )
+        for execution in executions.get(stage.id, []):
+            role = f", dispatched with the task: {execution.task}" if execution.task else ""
+            lines = [f"#### Agent {execution.agent_name} ({execution.status}{role})"]
+            lines += [_item_text(item) for item in items.get(execution.id, [])]
+            if execution.error_message:
+                lines.append(f"Ended with the error: {execution.error_message}")
+            parts.append("\n\n".join(lines))
+    if session.final_analysis:
+        parts.append(f"### Final analysis of the session\n\n{session.final_analysis}")
+    if session.executive_summary:
+        parts.append(f"### Executive summary\n\n{session.executive_summary}")
+    if session.error_message:
+        parts.append(f"### The session ended {session.status}\n\n{session.error_message}")
+    parts.append("### Tools that were available\n\n" + _available_tools(session))
+    return "\n\n".join(parts)
+
+
+def _item_text(item: TimelineEvent) -> str:
+    if item.event_type == TimelineEventType.LLM_TOOL_CALL:
+        result = item.content
+        if len(result) > TOOL_RESULT_CHARS:
+            cut = len(result) - TOOL_RESULT_CHARS
+            result = f"{result[:TOOL_RESULT_CHARS]}\n[… {cut} more characters not shown]"
+        arguments = json.dumps(item.metadata.get("arguments", {}), sort_keys=True)
+        outcome = "Error" if item.metadata.get("is_error") else "Result"
+        return f"Tool call `{item.metadata.get('tool_name', '?')}` {arguments}\n{outcome}:\n```\n{result}\n```"
+    labels = {
+        TimelineEventType.LLM_THINKING: "Thinking",
+        TimelineEventType.LLM_RESPONSE: "Said",
+        TimelineEventType.FINAL_ANALYSIS: "Answer",
+        TimelineEventType.EXECUTIVE_SUMMARY: "Summary",
+        TimelineEventType.MCP_TOOL_SUMMARY: "Summary of the last tool result",
+        TimelineEventType.ERROR: "Error",
+    }
+    return f"{labels.get(item.event_type, item.event_type)}: {item.content}"
+
+
+def _available_tools(session: AlertSession) -> str:
+    listed: dict[str, set[str]] = {}
+    for server, tools in MCPInteraction.objects.filter(
+        session=session, interaction_type="tool_list"
+    ).values_list("server_name", "available_tools"):
+        listed.setdefault(server, set()).update(tools or [])
+    if not listed:
+        return "No MCP tools were available."
+    return "\n".join(
+        f"- {server}.{tool}" for server in sorted(listed) for tool in sorted(listed[server])
+    )
+
+
+# --- the conversation ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How the conversation went: an answer, or why there is none."""
+
+    answer: ScoreAnswer | None = None
+    tool_report: str = ""
+    error: str = ""  # without an answer: why it failed; with one: why there is no report
+
+
+@dataclass(frozen=True)
+class ScoringController(SingleShotController):
+    """The two turns, no tools. No thinking fallback: a score only the thinking holds is
+    not an answer."""
+
+    answer_type: TimelineEventType = TimelineEventType.LLM_RESPONSE
+    interaction_type: str = "scoring"
+
+    async def score(self, run: AgentRun) -> Scoring:
+        await self._record_messages(run)
+        turn = await self._turn(
+            run, (), interaction_type=self.interaction_type, answer_type=self.answer_type
+        )
+        if turn.error:
+            return Scoring(error=_describe(turn.error, run.choice))
+        try:
+            answer = parse_score(turn.text)
+        except MalformedScore as problem:
+            first = turn.text.strip()
+            correction = SCORING_CORRECTION.format(problem=problem)
+            await self._append(run, [ConversationMessage(Role.USER, correction)])
+            turn = await self._turn(
+                run, (), interaction_type=self.interaction_type, answer_type=self.answer_type
+            )
+            if turn.error:
+                return Scoring(error=_describe(turn.error, run.choice))
+            try:
+                answer = parse_score(turn.text)
+            except MalformedScore as again:
+                return Scoring(
+                    error=f"The scoring model gave no valid score, even when asked again: {again}."
+                )
+            if not answer.analysis:  # it only repeated the closing lines
+                answer = dataclasses.replace(answer, analysis=first)
+        await self._append(run, [ConversationMessage(Role.USER, _tool_report_request())])
+        turn = await self._turn(
+            run, (), interaction_type=self.interaction_type, answer_type=self.answer_type
+        )
+        if turn.error:
+            return Scoring(answer, error=f"No tool report: {_describe(turn.error, run.choice)}")
+        if not turn.text.strip():
+            return Scoring(answer, error="No tool report: the model returned no answer.")
+        return Scoring(answer, tool_report=turn.text.strip())
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def scoring_settings(session: AlertSession) -> AgentSettings:
+    """The chain's scoring agent with the hierarchy applied (defaults → agent → chain →
+    the chain's ``scoring`` block); no tools."""
+    config = get_config()
+    chain = config.chains.get(session.chain_id)
+    if chain is None:
+        raise ResolutionError(
+            f"chain {session.chain_id!r} is no longer configured in {config.source}"
+        )
+    scoring = chain.scoring
+    step = StageAgentConfig(
+        name=scoring.agent, llm_provider=scoring.llm_provider, llm_backend=scoring.llm_backend
+    )
+    stage = StageConfig(name="Scoring", agents=(step,))
+    return dataclasses.replace(
+        stage_agent_settings(config, chain, stage, step),
+        mcp_servers=(),
+        sub_agents=(),
+    )
+
+
+async def execute_scoring(lease: ScoreLease) -> str:
+    """Score one claimed session; returns the score's status. A heartbeat beside it keeps
+    the lease while the model thinks; losing the lease stops the run, writing nothing."""
+    run = asyncio.create_task(_score(lease), name=f"score-{lease.score_id}")
+    keeper = asyncio.create_task(_keep_lease(lease, run), name="score-lease-keeper")
+    try:
+        return await run
+    except (LeaseLost, asyncio.CancelledError):
+        # The keeper ends only when the lease is lost; otherwise the cancellation is not ours.
+        if not (keeper.done() or run.done()):
+            raise
+        logger.warning("score %s: lease lost; this worker stops here", lease.score_id)
+        return LEASE_LOST
+    finally:
+        keeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await keeper
+
+
+LEASE_LOST = "lease_lost"
+
+
+async def _keep_lease(lease: ScoreLease, run: asyncio.Task[str]) -> None:
+    while True:
+        await asyncio.sleep(settings.TARSY_HEARTBEAT_INTERVAL)
+        try:
+            await db(score_services.score_heartbeat)(lease=lease)
+        except LeaseLost:
+            run.cancel()
+            return
+        except DatabaseError as exc:
+            # A database hiccup is not a lost lease; the next beat tries again.
+            logger.warning("score %s: heartbeat failed: %s", lease.score_id, exc)
+
+
+async def _score(lease: ScoreLease) -> str:
+    session = await db(AlertSession.objects.get)(id=lease.session_id)
+    try:
+        agent = await db(lambda: resolve(get_config(), scoring_settings(session)))()
+    except ResolutionError as problem:
+        await db(score_services.score_fail)(lease=lease, execution=None, error_message=str(problem))
+        return ScoreStatus.FAILED
+    instructions = agent.settings.custom_instructions
+    version = prompt_hash(instructions)
+    execution = await db(score_services.score_stage_start)(
+        lease=lease,
+        agent_name=agent.name,
+        llm_provider=agent.choice.config.name,
+        llm_backend=agent.choice.backend,
+        model_name=agent.choice.config.model,
+    )
+    recorder = Recorder(session, execution, lease)
+    try:
+        investigation = await db(investigation_text)(session)
+        outcome = await ScoringController().score(
+            AgentRun(
+                settings=agent.settings,
+                choice=agent.choice,
+                fallbacks=list(agent.fallbacks),
+                tools=_NoTools(),
+                recorder=recorder,
+                messages=scoring_messages(instructions, investigation),
+                cost=get_config().cost_estimation,
+            )
+        )
+    except LeaseLost:
+        raise
+    except Exception as exc:
+        logger.exception("score %s crashed", lease.score_id)
+        outcome = Scoring(error=f"Internal error: {type(exc).__name__}: {exc}")
+    if outcome.answer is None:
+        await db(score_services.score_fail)(
+            lease=lease,
+            execution=recorder.execution,
+            error_message=outcome.error,
+            prompt_hash=version,
+        )
+        return ScoreStatus.FAILED
+    await db(score_services.score_complete)(
+        lease=lease,
+        execution=recorder.execution,
+        result=ScoreResult(
+            total_score=outcome.answer.score,
+            score_analysis=outcome.answer.analysis,
+            failure_tags=outcome.answer.tags,
+            tool_improvement_report=outcome.tool_report,
+            prompt_hash=version,
+            error_message=outcome.error,
+        ),
+    )
+    return ScoreStatus.COMPLETED
+
+
+class _NoTools:
+    async def list_tools(self) -> list:
+        return []
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]):
+        raise NotImplementedError("a scoring run calls no tools")
