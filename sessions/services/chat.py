@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max, Q
+from django.db.models import Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
@@ -43,6 +43,7 @@ from sessions.services.leases import ChatLease, hold
 from sessions.services.records import (
     _publish_stage_status,
     execution_close,
+    next_stage_index,
     search_text_update,
     stage_close,
     timeline_payload,
@@ -116,14 +117,14 @@ def _store_question(session: AlertSession, content: str, author: str) -> ChatMes
         )
     elif chat.messages.filter(status__in=OPEN_CHAT_MESSAGE_STATUSES).exists():
         raise ChatRejected(ANSWER_RUNNING, 409)
-    last_index = session.stages.aggregate(last=Max("index"))["last"]
+    index = next_stage_index(session.id)
     now = timezone.now()
     # Active from the start: the page shows the question at once, in its own stage,
     # and the answer streams into it once a worker takes it.
     stage = Stage.objects.create(
         session=session,
         name=CHAT_STAGE_NAME,
-        index=0 if last_index is None else last_index + 1,
+        index=index,
         stage_type=StageType.CHAT,
         status=ExecutionStatus.ACTIVE,
         started_at=now,

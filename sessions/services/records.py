@@ -6,7 +6,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Value
+from django.db.models import F, Max, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -29,7 +29,7 @@ from sessions.models import (
     TimelineEventType,
 )
 from sessions.selectors import latest_event_id, streamed_text
-from sessions.services.events import event_publish
+from sessions.services.events import event_publish, serialize_transaction
 from sessions.services.leases import Lease, hold
 
 # --- stages and executions --------------------------------------------------------------
@@ -458,3 +458,12 @@ def search_text_update(session_id: Any) -> None:
     SessionSearch.objects.update_or_create(
         session=session, defaults={"body": search.document(session, list(texts))}
     )
+
+
+def next_stage_index(session_id: Any) -> int:
+    """The index of a stage added after a session ended (a chat answer, a scoring).
+    Inside the caller's transaction, serialized per session, so that a question and a
+    scoring started at the same instant do not both take the same index."""
+    serialize_transaction(f"tarsy-stages-{session_id}")
+    last = Stage.objects.filter(session_id=session_id).aggregate(last=Max("index"))["last"]
+    return 0 if last is None else last + 1

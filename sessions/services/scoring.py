@@ -28,7 +28,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max, Q
+from django.db.models import Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
@@ -49,6 +49,7 @@ from sessions.services.leases import ScoreLease, hold
 from sessions.services.records import (
     close_open_items,
     execution_close,
+    next_stage_index,
     stage_close,
 )
 
@@ -150,12 +151,12 @@ def score_stage_start(
     """The scoring stage (after every stage the session has) and its one execution."""
     with transaction.atomic():
         hold(lease)
-        last = Stage.objects.filter(session_id=lease.session_id).aggregate(last=Max("index"))
+        index = next_stage_index(lease.session_id)
         now = timezone.now()
         stage = Stage.objects.create(
             session_id=lease.session_id,
             name="Scoring",
-            index=(last["last"] if last["last"] is not None else -1) + 1,
+            index=index,
             stage_type=StageType.SCORING,
             status=ExecutionStatus.ACTIVE,
             started_at=now,

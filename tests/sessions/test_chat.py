@@ -283,6 +283,40 @@ def test_the_database_refuses_a_second_open_answer_even_past_the_check(
     )
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_question_waits_for_a_scoring_stage_being_added_and_takes_the_next_index():
+    """A scoring adding its stage while a question comes in: both get a stage, with
+    different indexes (the question waits for the scoring's transaction)."""
+    from django.db import connection, transaction
+
+    from sessions.services.records import next_stage_index
+
+    session = stored_session("completed")
+    added, release = threading.Event(), threading.Event()
+
+    def add_a_stage() -> None:
+        try:
+            with transaction.atomic():
+                index = next_stage_index(session.id)
+                Stage.objects.create(session=session, name="Scoring", index=index)
+                added.set()
+                release.wait(5)
+        finally:
+            connection.close()
+
+    scoring = threading.Thread(target=add_a_stage)
+    scoring.start()
+    assert added.wait(5)
+    threading.Timer(0.3, release.set).start()  # the question has to wait for this commit
+    message = services.chat_message_send(session=session, content="Why?", author="alice")
+    scoring.join(5)
+    assert sorted(Stage.objects.filter(session=session).values_list("index", flat=True)) == [
+        0,
+        1,
+    ]
+    assert message.stage.index == 1
+
+
 # --- what the API refuses ---------------------------------------------------------------------
 
 
