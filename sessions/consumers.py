@@ -161,6 +161,9 @@ class SessionConsumer(_LiveConsumer):
             return html
         if kind == SessionEventType.SCORE_UPDATED:
             return scoring_views.score_fragments(self.session_id)
+        if kind == SessionEventType.SLACK_STATUS:
+            session = AlertSession.objects.get(id=self.session_id)
+            return live.slack_fragment(session)
         if kind == SessionEventType.STAGE_STATUS:
             stage = Stage.objects.select_related("session").filter(id=payload["stage_id"]).first()
             if stage is None:

@@ -253,3 +253,8 @@ def row_fragment(session: AlertSession, *, upsert: bool) -> str:
         {"session": session, "live": True, "upsert": upsert},
     )
     return f"<template>{row}</template>"
+
+
+def slack_fragment(session: AlertSession) -> str:
+    """The session page's Slack line, after a message was posted or failed."""
+    return render_to_string("sessions/partials/_slack.html", {"session": session, "live": True})

@@ -373,6 +373,7 @@ class SessionEventType(models.TextChoices):
     REVIEW_STATUS = "review.status"
     SCORE_UPDATED = "session.score_updated"
     CHAT_CREATED = "chat.created"
+    SLACK_STATUS = "slack.status"  # a Slack message of the session was posted, or failed
 
 
 class SessionEvent(models.Model):

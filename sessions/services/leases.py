@@ -109,8 +109,13 @@ class LeaseState:
 def session_lease_status(*, lease: Lease) -> LeaseState | None:
     """What the holder of ``lease`` must act on; None once the lease is lost."""
     if isinstance(lease, ChatLease):
-        row = lease.holder().values_list("status", "cancelled_by").first()
-        return None if row is None else LeaseState(*row)
+        row = lease.holder().values_list("status", "cancelled_by", "stage_id").first()
+        if row is None:
+            return None
+        status, cancelled_by, stage_id = row
+        return LeaseState(
+            status, cancelled_by, cancelled_executions=_cancelled_executions(stage_id=stage_id)
+        )
     if isinstance(lease, ScoreLease):
         return LeaseState(ScoreStatus.IN_PROGRESS) if lease.holder().exists() else None
     row = (
@@ -120,9 +125,15 @@ def session_lease_status(*, lease: Lease) -> LeaseState | None:
     )
     if row is None:
         return None
-    cancelled = AgentExecution.objects.filter(
-        session_id=lease.session_id,
-        cancel_requested_at__isnull=False,
-        status__in=[ExecutionStatus.PENDING, ExecutionStatus.ACTIVE],
-    ).values_list("id", "cancel_reason")
-    return LeaseState(*row, cancelled_executions=tuple(cancelled))
+    return LeaseState(*row, cancelled_executions=_cancelled_executions(session_id=lease.session_id))
+
+
+def _cancelled_executions(**where: Any) -> tuple[tuple[int, str], ...]:
+    """Executions someone asked to stop that still run: (id, attribution)."""
+    return tuple(
+        AgentExecution.objects.filter(
+            **where,
+            cancel_requested_at__isnull=False,
+            status__in=[ExecutionStatus.PENDING, ExecutionStatus.ACTIVE],
+        ).values_list("id", "cancel_reason")
+    )

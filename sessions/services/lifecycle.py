@@ -19,6 +19,7 @@ from sessions.models import (
     RUNNING_SESSION_STATUSES,
     AgentExecution,
     AlertSession,
+    ChatMessageStatus,
     ExecutionStatus,
     SessionSearch,
     SessionStatus,
@@ -209,14 +210,15 @@ def session_cancel(*, session_id: Any, by: str, reason: str = "") -> SessionStat
 def execution_cancel(
     *, session_id: Any, execution_id: int, by: str, reason: str = ""
 ) -> AgentExecution:
-    """Ask the worker to stop one agent (a parallel agent or a sub-agent); the rest of the
-    session goes on, and the stage's success policy decides."""
+    """Ask the worker to stop one agent (a parallel agent or a sub-agent, of the session
+    or of a chat answer); the rest goes on, and the stage's success policy decides."""
     updated = AgentExecution.objects.filter(
+        Q(session__status=SessionStatus.IN_PROGRESS)
+        | Q(stage__chat_message__status=ChatMessageStatus.RUNNING),
         id=execution_id,
         session_id=session_id,
         status__in=[ExecutionStatus.PENDING, ExecutionStatus.ACTIVE],
         cancel_requested_at__isnull=True,
-        session__status=SessionStatus.IN_PROGRESS,
     ).update(cancel_requested_at=timezone.now(), cancel_reason=_attribution(by, reason))
     execution = AgentExecution.objects.get(id=execution_id, session_id=session_id)
     if not updated:

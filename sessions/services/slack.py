@@ -15,7 +15,8 @@ from django.db import IntegrityError, transaction
 from django_q.tasks import async_task
 
 from agents.config import get_config
-from sessions.models import AlertSession, SlackMessage
+from sessions.models import AlertSession, SessionEventType, SlackMessage
+from sessions.services.events import event_publish
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def slack_message_record(
     when it was recorded already: the unique (session, kind) keeps the first outcome."""
     try:
         with transaction.atomic():
-            return SlackMessage.objects.create(
+            message = SlackMessage.objects.create(
                 session_id=session_id,
                 kind=kind,
                 status=SlackMessage.Status.FAILED if error else SlackMessage.Status.SENT,
@@ -56,6 +57,12 @@ def slack_message_record(
                 ts=ts,
                 error=error,
             )
+            event_publish(
+                session_id=session_id,
+                type=SessionEventType.SLACK_STATUS,
+                payload={"kind": kind, "status": message.status},
+            )
+            return message
     except IntegrityError:
         return None
 

@@ -768,3 +768,31 @@ def test_a_chat_turn_is_found_by_search(client, api_token, scripted_provider):
         "/api/v1/sessions?search=zebracrossing", HTTP_AUTHORIZATION=f"Bearer {api_token}"
     ).json()
     assert [s["session_id"] for s in body["sessions"]] == [str(session.id)]
+
+
+def test_one_agent_of_a_running_answer_can_be_stopped_alone():
+    """ "Stop this agent" on a chat answer's sub-agent: the request is taken while the
+    answer runs, and the answer's keeper is told (as a session's keeper is)."""
+    session = stored_session("completed")
+    message = services.chat_message_send(session=session, content="Why?", author="alice")
+    lease = services.chat_message_claim(message_id=message.id, worker_id="w")
+    parent = AgentExecution.objects.create(
+        session=session, stage=message.stage, agent_name="ChatAgent", status="active"
+    )
+    child = AgentExecution.objects.create(
+        session=session,
+        stage=message.stage,
+        agent_name="LogAgent",
+        parent_execution=parent,
+        status="active",
+    )
+    services.execution_cancel(session_id=session.id, execution_id=child.id, by="sre")
+    state = services.session_lease_status(lease=lease)
+    assert state.cancelled_executions == ((child.id, "Cancelled by sre"),)
+
+    ChatMessage.objects.filter(id=message.id).update(status="completed")
+    other = AgentExecution.objects.create(
+        session=session, stage=message.stage, agent_name="EventsAgent", status="active"
+    )
+    with pytest.raises(services.NotCancellable):  # the answer has ended: nothing to stop
+        services.execution_cancel(session_id=session.id, execution_id=other.id, by="sre")

@@ -290,3 +290,37 @@ def test_end_blocks_of_a_failed_session_carry_the_error():
         ":x: *Investigation failed*",
         "Stage 'x' failed: boom",
     ]
+
+
+async def test_the_session_page_shows_a_slack_message_live(user):
+    from asgiref.sync import sync_to_async
+    from channels.routing import URLRouter
+    from channels.testing import WebsocketCommunicator
+
+    from sessions.models import SessionEvent
+    from sessions.routing import websocket_urlpatterns
+
+    session = await sync_to_async(AlertSession.objects.create)(
+        alert_type="kubernetes",
+        alert_data="d",
+        chain_id="kubernetes-investigation",
+        status="completed",
+    )
+    communicator = WebsocketCommunicator(
+        URLRouter(websocket_urlpatterns), f"/ws/sessions/{session.id}/"
+    )
+    communicator.scope["user"] = user
+    assert (await communicator.connect())[0]
+    cursor = await sync_to_async(
+        lambda: SessionEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
+    )()
+    await communicator.send_json_to({"action": "subscribe", "last_event_id": cursor})
+    await sync_to_async(services.slack_message_record)(
+        session_id=session.id, kind="end", channel="C1", error="Slack answered HTTP 200: nope"
+    )
+    message = await communicator.receive_from(timeout=5)
+    assert 'id="slack-status"' in message
+    assert 'hx-swap-oob="true"' in message
+    assert "end message" in message
+    assert "failed: Slack answered HTTP 200: nope" in message
+    await communicator.disconnect()
