@@ -12,22 +12,19 @@ score row (timed out by recovery) writes nothing more.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-
-from django.conf import settings
-from django.db import DatabaseError
 
 from agents.config import get_config
 from agents.config_types import StageAgentConfig, StageConfig
 from agents.controller import AgentRun, SingleShotController, _describe
+from agents.executor import LEASE_LOST, Stop, run_leased
 from agents.prompts import (
     SCORING_CORRECTION,
     SCORING_EVALUATION_REQUEST,
@@ -36,6 +33,7 @@ from agents.prompts import (
 )
 from agents.recorder import Recorder, db
 from agents.resolver import AgentSettings, ResolutionError, resolve, stage_agent_settings
+from agents.runs import RunControl
 from llm.demo_script import INVESTIGATION_TO_SCORE, TOOL_REPORT_REQUEST
 from llm.types import ConversationMessage, Role
 from sessions.models import (
@@ -294,42 +292,26 @@ def scoring_settings(session: AlertSession) -> AgentSettings:
     )
 
 
-async def execute_scoring(lease: ScoreLease) -> str:
-    """Score one claimed session; returns the score's status. A heartbeat beside it keeps
-    the lease while the model thinks; losing the lease stops the run, writing nothing."""
-    run = asyncio.create_task(_score(lease), name=f"score-{lease.score_id}")
-    keeper = asyncio.create_task(_keep_lease(lease, run), name="score-lease-keeper")
+async def execute_scoring(
+    lease: ScoreLease, *, should_stop: Callable[[], str | None] | None = None
+) -> str:
+    """Score one claimed session; returns the score's status. Held like a session's run
+    (``run_leased``): its lease renewed while the model thinks, the run stopped (writing
+    nothing) once the lease is lost, and ended failed when the worker's cluster goes."""
     try:
-        return await run
-    except (LeaseLost, asyncio.CancelledError):
-        # The keeper ends only when the lease is lost; otherwise the cancellation is not ours.
-        if not (keeper.done() or run.done()):
-            raise
+        return await run_leased(
+            lease,
+            _score,
+            name=f"score-{lease.score_id}",
+            should_stop=should_stop,
+            end=score_services.score_end,
+        )
+    except LeaseLost:
         logger.warning("score %s: lease lost; this worker stops here", lease.score_id)
         return LEASE_LOST
-    finally:
-        keeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await keeper
 
 
-LEASE_LOST = "lease_lost"
-
-
-async def _keep_lease(lease: ScoreLease, run: asyncio.Task[str]) -> None:
-    while True:
-        await asyncio.sleep(settings.TARSY_HEARTBEAT_INTERVAL)
-        try:
-            await db(score_services.score_heartbeat)(lease=lease)
-        except LeaseLost:
-            run.cancel()
-            return
-        except DatabaseError as exc:
-            # A database hiccup is not a lost lease; the next beat tries again.
-            logger.warning("score %s: heartbeat failed: %s", lease.score_id, exc)
-
-
-async def _score(lease: ScoreLease) -> str:
+async def _score(lease: ScoreLease, stop: Stop, control: RunControl) -> str:
     session = await db(AlertSession.objects.get)(id=lease.session_id)
     try:
         agent = await db(lambda: resolve(get_config(), scoring_settings(session)))()

@@ -69,16 +69,19 @@ def slack_notify(session_id: str, kind: str) -> str:
 def score_session(score_id: str) -> str:
     """Score one ended session. Idempotent like ``run_session``: a duplicate or
     re-delivered task finds the score claimed (or ended) and does nothing."""
-    close_old_connections()
-    lease = services.score_claim(
-        score_id=score_id, worker_id=f"{socket.gethostname()}:{os.getpid()}"
-    )
-    if lease is None:
-        logger.info("score %s: skipped (not pending)", score_id)
-        return "skipped"
-    from agents.scoring import execute_scoring
-
-    try:
-        return asyncio.run(execute_scoring(lease))
-    finally:
+    with supervision.running(score_id):
+        if supervision.cluster_lost():
+            return "skipped: this worker's cluster is gone"
         close_old_connections()
+        lease = services.score_claim(
+            score_id=score_id, worker_id=f"{socket.gethostname()}:{os.getpid()}"
+        )
+        if lease is None:
+            logger.info("score %s: skipped (not pending)", score_id)
+            return "skipped"
+        from agents.scoring import execute_scoring
+
+        try:
+            return asyncio.run(execute_scoring(lease, should_stop=supervision.stop_reason))
+        finally:
+            close_old_connections()

@@ -137,11 +137,6 @@ def score_claim(*, score_id: Any, worker_id: str) -> ScoreLease | None:
     return ScoreLease(session_id=score.session_id, token=token, score_id=score.id)
 
 
-def score_heartbeat(*, lease: ScoreLease) -> None:
-    with transaction.atomic():
-        hold(lease)
-
-
 # --- what the scoring run records, each write under the score's lease ---------------------
 
 
@@ -227,6 +222,32 @@ def score_fail(
         _end(lease, status, error_message=error_message, prompt_hash=prompt_hash)
 
 
+def score_end(
+    *,
+    lease: ScoreLease,
+    status: str,
+    error_message: str = "",
+    explain: bool = False,
+    close_reason: str = "",
+) -> None:
+    """End a scoring from outside its run (its worker's cluster is going away): what it
+    had streamed keeps its text, its stage closes. The signature of ``session_end``, so
+    that the lease keeper (agents/executor.py ``run_leased``) can end a scoring too."""
+    with transaction.atomic():
+        hold(lease)
+        _close_stage(lease, ExecutionStatus(status), close_reason or error_message)
+        _end(lease, ScoreStatus(status), error_message=error_message)
+
+
+def _close_stage(lease: ScoreLease, status: ExecutionStatus, reason: str) -> None:
+    stage_id = SessionScore.objects.values_list("stage_id", flat=True).get(id=lease.score_id)
+    for execution in AgentExecution.objects.filter(stage_id=stage_id):
+        close_open_items(
+            session_id=lease.session_id, execution_id=execution.id, status=status, reason=reason
+        )
+        _close_work(execution, status, reason)
+
+
 def _close_work(execution: AgentExecution | None, status: ExecutionStatus, reason: str) -> None:
     if execution is None:
         return
@@ -287,15 +308,7 @@ def scores_time_out_orphans(*, threshold_seconds: float) -> list[Any]:
                 f"The worker {worker or '?'} stopped reporting progress for more than "
                 f"{threshold_seconds:g} s; the scoring was marked timed out."
             )
-            stage_id = SessionScore.objects.values_list("stage_id", flat=True).get(id=score_id)
-            for execution in AgentExecution.objects.filter(stage_id=stage_id):
-                close_open_items(
-                    session_id=session_id,
-                    execution_id=execution.id,
-                    status=ExecutionStatus.TIMED_OUT,
-                    reason=message,
-                )
-                _close_work(execution, ExecutionStatus.TIMED_OUT, message)
+            _close_stage(lease, ExecutionStatus.TIMED_OUT, message)
             _end(lease, ScoreStatus.TIMED_OUT, error_message=message)
         reaped.append(score_id)
     if reaped:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -18,6 +19,7 @@ from sessions.models import (
     SessionEvent,
     SessionScore,
     Stage,
+    TimelineEvent,
 )
 from sessions.relay import event_message
 from sessions.services import scoring as score_services
@@ -246,6 +248,30 @@ def test_a_worker_that_lost_its_score_writes_nothing(scripted_provider):
     assert "stopped reporting progress" in score.error_message
     assert not LLMInteraction.objects.filter(session=session).exists()
     assert not Stage.objects.filter(session=session, stage_type="scoring").exists()
+    session.refresh_from_db()
+    assert session.status == "completed"
+
+
+def test_a_scoring_whose_worker_cluster_goes_ends_failed_at_once(scripted_provider, settings):
+    """As a session does: the keeper sees the cluster go (``should_stop``) and ends the
+    scoring failed with the reason, keeping what had streamed, its stage closed."""
+    settings.TARSY_LEASE_CHECK_INTERVAL = 0.1
+    slow = {"text": " ".join(f"w{n}" for n in range(200)), "chunk_delay": 0.05}
+    scoring_script(scripted_provider, slow, REPORT)
+    session = ended()
+    score = session.scores.get()
+    lease = services.score_claim(score_id=score.id, worker_id="w")
+    reason = "this worker's cluster stopped"
+    deadline = time.monotonic() + 1.0
+    should_stop = lambda: reason if time.monotonic() > deadline else None  # noqa: E731
+    assert asyncio.run(execute_scoring(lease, should_stop=should_stop)) == "failed"
+    score.refresh_from_db()
+    assert (score.status, score.error_message, score.lease_token) == ("failed", reason, None)
+    stage = Stage.objects.get(session=session, stage_type="scoring")
+    assert stage.status == "failed"
+    streamed = TimelineEvent.objects.get(execution__stage=stage, event_type="llm_response")
+    assert streamed.status == "failed"
+    assert 0 < len(streamed.content.split()) < 200
     session.refresh_from_db()
     assert session.status == "completed"
 
