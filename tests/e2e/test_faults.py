@@ -194,7 +194,10 @@ def test_a_frozen_worker_resumed_after_being_reaped_writes_nothing(tmp_path):
         "TARSY_RECOVERY_INTERVAL": "0.5",
         "TARSY_LEASE_CHECK_INTERVAL": "0.2",
     }
-    provider = slow_provider(tmp_path, words=120, delay=0.05)
+    # A word every 0.5 s: the freeze lands between two writes, as a GC pause mostly would.
+    # (Frozen inside a write, a worker holds SQLite's database-wide write lock, and no
+    # one, the reaper included, can write until it resumes.)
+    provider = slow_provider(tmp_path, words=40, delay=0.5)
     with deployment(tmp_path, provider=provider, extra_env=env) as tarsy:
         token = tarsy.api_token()
         (session_id,) = submit(tarsy, token, 1)
