@@ -11,6 +11,7 @@ Where is a tool call executed? ``IteratingController._run_tool``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -178,28 +179,36 @@ class _ModelCalls:
         grounding: list[dict[str, Any]] = []
         started = time.monotonic()
         # An interruption (timeout, cancellation) leaves the items streaming; the
-        # executor's clean-up (services.session_close_open_work) finishes them.
-        async for delta in _bounded(run.choice.provider.generate(request)):
-            if isinstance(delta, ThinkingDelta) and delta.content:
-                if thinking_item is None:
-                    thinking_item = await run.recorder.start_item(TimelineEventType.LLM_THINKING)
-                turn.thinking += delta.content
-                await run.recorder.chunk(thinking_item, delta.content)
-            elif isinstance(delta, TextDelta) and delta.content:
-                if text_item is None:
-                    text_item = await run.recorder.start_item(TimelineEventType.LLM_RESPONSE)
-                turn.text += delta.content
-                await run.recorder.chunk(text_item, delta.content)
-            elif isinstance(delta, ToolCallDelta):
-                turn.tool_calls.append(ToolCall(delta.call_id, delta.name, delta.arguments))
-            elif isinstance(delta, CodeExecutionDelta):
-                code_item = await self._code_execution(run, code_item, delta)
-            elif isinstance(delta, UsageInfo):
-                turn.usage = delta
-            elif isinstance(delta, GroundingInfo):
-                grounding.append(delta.metadata)
-            elif isinstance(delta, ErrorInfo):
-                turn.error = delta
+        # executor's clean-up (services.session_close_open_work) finishes them with the
+        # text written so far, so the recorder first writes what it had gathered.
+        try:
+            async for delta in _bounded(run.choice.provider.generate(request)):
+                if isinstance(delta, ThinkingDelta) and delta.content:
+                    if thinking_item is None:
+                        thinking_item = await run.recorder.start_item(
+                            TimelineEventType.LLM_THINKING
+                        )
+                    turn.thinking += delta.content
+                    await run.recorder.chunk(thinking_item, delta.content)
+                elif isinstance(delta, TextDelta) and delta.content:
+                    if text_item is None:
+                        text_item = await run.recorder.start_item(TimelineEventType.LLM_RESPONSE)
+                    turn.text += delta.content
+                    await run.recorder.chunk(text_item, delta.content)
+                elif isinstance(delta, ToolCallDelta):
+                    turn.tool_calls.append(ToolCall(delta.call_id, delta.name, delta.arguments))
+                elif isinstance(delta, CodeExecutionDelta):
+                    code_item = await self._code_execution(run, code_item, delta)
+                elif isinstance(delta, UsageInfo):
+                    turn.usage = delta
+                elif isinstance(delta, GroundingInfo):
+                    grounding.append(delta.metadata)
+                elif isinstance(delta, ErrorInfo):
+                    turn.error = delta
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await run.recorder.flush()
+            raise
         duration_ms = int((time.monotonic() - started) * 1000)
 
         if code_item is not None:  # code whose output never came

@@ -7,10 +7,13 @@ the order of writes.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import asdict
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
 from llm.types import ConversationMessage, ProviderConfig
 from sessions import services
@@ -47,6 +50,7 @@ class Recorder:
         self.lease = lease
         self._timeline_sequence = 0
         self._message_sequence = 0
+        self._streams = _Streams(lease)
 
     async def start_item(
         self,
@@ -56,6 +60,7 @@ class Recorder:
         metadata: dict[str, Any] | None = None,
         status: TimelineEventStatus = TimelineEventStatus.STREAMING,
     ) -> TimelineEvent:
+        await self._streams.flush()  # text streamed before this item shows before it
         self._timeline_sequence += 1
         return await db(services.timeline_event_add)(
             lease=self.lease,
@@ -78,7 +83,11 @@ class Recorder:
         return await self.start_item(event_type, content=content, metadata=metadata, status=status)
 
     async def chunk(self, item: TimelineEvent, delta: str) -> None:
-        await db(services.timeline_event_chunk)(lease=self.lease, event=item, delta=delta)
+        await self._streams.add(item, delta)
+
+    async def flush(self) -> None:
+        """Write the streamed text still gathered (an interrupted stream keeps it)."""
+        await self._streams.flush()
 
     async def complete_item(
         self,
@@ -89,6 +98,9 @@ class Recorder:
         event_type: TimelineEventType | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> TimelineEvent:
+        # The completed item carries its whole text: what was still gathered is not needed.
+        self._streams.drop(item)
+        await self._streams.flush()
         return await db(services.timeline_event_complete)(
             lease=self.lease,
             event=item,
@@ -138,3 +150,59 @@ class Recorder:
         before a model call, so a worker that lost its session calls no model."""
         if await db(services.session_lease_status)(lease=self.lease) is None:
             raise services.LeaseLost(self.lease)
+
+
+class _Streams:
+    """Streamed deltas, written at most once per ``TARSY_STREAM_FLUSH_INTERVAL``.
+
+    A model sends many small deltas; writing each as its own transaction and event row
+    cost a worker about 2 ms apiece and made most of the event log. The first delta after
+    a quiet spell is written at once; the ones that follow within the interval are
+    gathered and written together when it ends (or sooner, when the item completes or
+    another item starts), so text reaches the page at most one interval late.
+    """
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.pending: dict[int, tuple[TimelineEvent, list[str]]] = {}
+        self.written_at = float("-inf")
+        self.timer: asyncio.Task | None = None
+        self.failure: BaseException | None = None
+        self.lock = asyncio.Lock()
+
+    async def add(self, item: TimelineEvent, delta: str) -> None:
+        self._raise_failure()
+        self.pending.setdefault(item.id, (item, []))[1].append(delta)
+        wait = self.written_at + settings.TARSY_STREAM_FLUSH_INTERVAL - time.monotonic()
+        if wait <= 0 and not self.lock.locked():
+            await self.flush()
+        elif self.timer is None:
+            self.timer = asyncio.create_task(self._flush_after(max(wait, 0.0)))
+
+    def drop(self, item: TimelineEvent) -> None:
+        self.pending.pop(item.id, None)
+
+    async def flush(self) -> None:
+        self._raise_failure()
+        async with self.lock:
+            if not self.pending:
+                return
+            chunks = [(item, "".join(parts)) for item, parts in self.pending.values()]
+            self.pending = {}
+            self.written_at = time.monotonic()
+            await db(services.timeline_event_chunks)(lease=self.lease, chunks=chunks)
+
+    async def _flush_after(self, delay: float) -> None:
+        try:
+            await asyncio.sleep(delay)
+            self.timer = None
+            await self.flush()
+        except Exception as exc:  # LeaseLost above all: raised at the agent's next write
+            self.failure = exc
+        finally:
+            self.timer = None
+
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import json
 import logging
+from collections import OrderedDict
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -23,6 +24,7 @@ from django.http import QueryDict
 from sessions import listing, live, scoring_views, selectors
 from sessions.auth import user_still_allowed
 from sessions.listing import ListState
+from sessions.metrics import WEBSOCKET_CONNECTIONS
 from sessions.models import AgentExecution, AlertSession, ExecutionStatus, SessionEventType, Stage
 from sessions.relay import (
     LIST_EVENT_TYPES,
@@ -39,6 +41,7 @@ CLOSE_NOT_FOUND = 4404
 RELOAD = '<div id="live-reload" data-reload="1"></div>'
 # Stream chunks are small; allow many more of them than persistent events.
 TRANSIENT_FACTOR = 50
+SENT_MEMORY = 20_000  # event ids a socket remembers having sent
 
 
 class _LiveConsumer(AsyncWebsocketConsumer):
@@ -54,16 +57,19 @@ class _LiveConsumer(AsyncWebsocketConsumer):
             return
         self.subscribed = False
         self.buffer: list[dict[str, Any]] = []
-        self.last_sent = 0
+        self.last_sent = self.floor = 0
+        self.sent: OrderedDict[int, None] = OrderedDict()  # ids after the floor, newest last
         await self.channel_layer.group_add(self.group, self.channel_name)
         ensure_relay_running()
         await self.accept()
+        WEBSOCKET_CONNECTIONS.labels(kind="page").inc()
         self.access_check = asyncio.create_task(self.check_access())
 
     async def disconnect(self, code: int) -> None:
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
         if check := getattr(self, "access_check", None):
+            WEBSOCKET_CONNECTIONS.labels(kind="page").dec()  # set once accepted and counted
             check.cancel()
 
     async def check_access(self) -> None:
@@ -96,7 +102,7 @@ class _LiveConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=RELOAD)
             await self.close()
             return
-        self.last_sent = cursor
+        self.last_sent = self.floor = cursor
         for event in events:
             await self.deliver(event)
         for event in self.buffer:
@@ -111,10 +117,15 @@ class _LiveConsumer(AsyncWebsocketConsumer):
         await self.deliver(message["event"])
 
     async def deliver(self, event: dict[str, Any]) -> None:
-        if event["id"] <= self.last_sent:
-            return  # already replayed or sent live
+        # Not by "id <= last sent": on PostgreSQL another session's event can commit
+        # (and be relayed) after a later id was sent.
+        if event["id"] <= self.floor or event["id"] in self.sent:
+            return  # in the page already, or replayed, or sent live
+        self.sent[event["id"]] = None
+        if len(self.sent) > SENT_MEMORY:
+            self.sent.popitem(last=False)
         html = await self.render(event)
-        self.last_sent = event["id"]
+        self.last_sent = max(self.last_sent, event["id"])
         if html:  # else nothing to show: the page's cursor may lag; a replay shows nothing too
             await self.send(text_data=html + live.cursor_fragment(event["id"]))
 
@@ -137,6 +148,8 @@ class SessionConsumer(_LiveConsumer):
         limit = settings.TARSY_CATCHUP_LIMIT
 
         def load() -> list[dict[str, Any]] | None:
+            if selectors.events_pruned_after(cursor, session_id=self.session_id):
+                return None  # what it missed has expired from the log
             if selectors.persistent_event_count_after(cursor, session_id=self.session_id) > limit:
                 return None
             events = selectors.events_after(
@@ -206,6 +219,8 @@ class SessionListConsumer(_LiveConsumer):
         limit = settings.TARSY_CATCHUP_LIMIT
 
         def load() -> list[dict[str, Any]] | None:
+            if selectors.events_pruned_after(cursor):
+                return None  # what it missed has expired from the log
             events = selectors.events_after(cursor, types=list(LIST_EVENT_TYPES), limit=limit + 1)
             if len(events) > limit:
                 return None
@@ -227,9 +242,14 @@ class SessionListConsumer(_LiveConsumer):
             return live.row_fragment(session, upsert=False)
         html = _panels_html(event["id"], session.id)
         if session.is_terminal and listing.matches(self.state, session.id):
-            # Only the row depends on this page's filters: new at the top of page 1 of
-            # the default view, else an update of a row the page already shows.
-            html += live.row_fragment(session, upsert=self.state.is_default_view)
+            # Only the history depends on this page's filters. On page 1 of the default
+            # order the session is new at the top: the section is sent again whole (its
+            # count, the row pushed off the page). Elsewhere a row the page shows is
+            # updated, and nothing moves under the reader.
+            if self.state.is_default_view:
+                html += _history_html(event["id"], self.state.params())
+            else:
+                html += live.row_fragment(session, upsert=False)
         return html
 
 
@@ -238,6 +258,12 @@ class SessionListConsumer(_LiveConsumer):
 @functools.lru_cache(maxsize=16)
 def _panels_html(event_id: int, session_id: Any) -> str:
     return live.panels_fragment(selectors.session_panels())
+
+
+@functools.lru_cache(maxsize=64)
+def _history_html(event_id: int, params: str) -> str:
+    state = ListState.from_query(QueryDict(params))
+    return live.history_fragment(state, listing.history_page(state), listing.COLUMNS)
 
 
 @functools.lru_cache(maxsize=16)

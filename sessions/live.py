@@ -245,6 +245,14 @@ def panels_fragment(panels) -> str:
     )
 
 
+def history_fragment(state, history, columns) -> str:
+    """The list page's whole history section (count, rows, pages), replacing the page's."""
+    return render_to_string(
+        "sessions/partials/_history.html",
+        {"state": state, "history": history, "history_columns": columns, "oob": True},
+    )
+
+
 def row_fragment(session: AlertSession, *, upsert: bool) -> str:
     """A history row for the list page. In a <template> of its own: a <tr> after the
     panels' <section>s would be dropped by the HTML parser; live.js unwraps it."""

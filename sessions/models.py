@@ -107,6 +107,9 @@ class AlertSession(models.Model):
     investigation_feedback = models.TextField(blank=True)
     feedback_edited_by = models.CharField(max_length=150, blank=True)
     feedback_edited_at = models.DateTimeField(null=True, blank=True)
+    # The highest event-log id of this session deleted by the log's expiry
+    # (services.event_log_prune): a client resuming from before it must reload.
+    events_pruned_through = models.BigIntegerField(default=0)
 
     class Meta:
         ordering = ["-created_at"]
@@ -123,6 +126,7 @@ class AlertSession(models.Model):
             models.Index(fields=["review_status", "created_at"], name="session_review_created"),
             models.Index(fields=["assignee"], name="session_assignee"),
             models.Index(fields=["quality_rating"], name="session_quality_rating"),
+            models.Index(fields=["events_pruned_through"], name="session_events_pruned"),
         ]
 
     def __str__(self) -> str:
@@ -329,8 +333,24 @@ class LLMInteraction(models.Model):
     class Meta:
         ordering = ["id"]
         verbose_name = "LLM interaction"
-        # The usage page filters every call by a time window (sessions/usage.py).
-        indexes = [models.Index(fields=["created_at"], name="llm_interaction_created")]
+        indexes = [
+            # The usage page filters every call by a time window (sessions/usage.py).
+            models.Index(fields=["created_at"], name="llm_interaction_created"),
+            # /metrics reads these columns of every call (sessions/metrics.py): an index
+            # holding them all spares it the rows' large prompts.
+            models.Index(
+                fields=[
+                    "provider",
+                    "model_name",
+                    "error_code",
+                    "duration_ms",
+                    "input_tokens",
+                    "output_tokens",
+                    "thinking_tokens",
+                ],
+                name="llm_interaction_metrics",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.provider}/{self.model_name} {self.interaction_type}"
@@ -356,6 +376,12 @@ class MCPInteraction(models.Model):
     class Meta:
         ordering = ["id"]
         verbose_name = "MCP interaction"
+        indexes = [
+            models.Index(
+                fields=["interaction_type", "server_name", "tool_name", "duration_ms", "is_error"],
+                name="mcp_interaction_metrics",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.server_name}.{self.tool_name} ({self.interaction_type})"

@@ -195,7 +195,53 @@ def session_usage_by_id(session_id: Any) -> dict[str, Any]:
 
 
 def latest_event_id() -> int:
-    return SessionEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
+    """The log's cursor now: its newest id, or the newest id expired from it."""
+    newest = SessionEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
+    pruned = (
+        AlertSession.objects.order_by("-events_pruned_through")
+        .values_list("events_pruned_through", flat=True)
+        .first()
+    )
+    return max(newest, pruned or 0)
+
+
+def session_event_cursor(session_id: Any) -> int:
+    """A session page's cursor: the newest event of that session (or the newest expired).
+
+    Not the log's newest id: on PostgreSQL a smaller id of this session may still be in
+    flight then. Each session's events become visible in id order (services/events.py),
+    so everything of this session up to its own newest event is already visible.
+    """
+    newest = (
+        SessionEvent.objects.filter(session_id=session_id)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+    pruned = (
+        AlertSession.objects.filter(id=session_id)
+        .values_list("events_pruned_through", flat=True)
+        .first()
+    )
+    return max(newest or 0, pruned or 0)
+
+
+def events_for_relay(head: int, holes: list[int], *, limit: int) -> list[SessionEvent]:
+    """Events after ``head``, and those of ``holes`` that have appeared since."""
+    where = Q(id__gt=head)
+    if holes:
+        where |= Q(id__in=holes)
+    return list(SessionEvent.objects.filter(where).order_by("id")[:limit])
+
+
+def event_ids_near_head(window: int) -> tuple[int, set[int]]:
+    """The newest event id, and which of the ``window`` ids up to it exist."""
+    head = latest_event_id()
+    if not window:
+        return head, set()
+    return head, set(
+        SessionEvent.objects.filter(id__gt=head - window, id__lte=head).values_list("id", flat=True)
+    )
 
 
 def events_after(
@@ -207,6 +253,14 @@ def events_after(
     if types:
         events = events.filter(type__in=types)
     return list(events.order_by("id")[:limit])
+
+
+def events_pruned_after(cursor: int, *, session_id: Any = None) -> bool:
+    """Whether events after ``cursor`` (of one session, or of any) have expired."""
+    sessions = AlertSession.objects.filter(events_pruned_through__gt=cursor)
+    if session_id is not None:
+        sessions = sessions.filter(id=session_id)
+    return sessions.exists()
 
 
 def persistent_event_count_after(cursor: int, *, session_id: Any) -> int:

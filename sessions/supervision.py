@@ -116,12 +116,13 @@ def recover() -> dict[str, int]:
         older_than_seconds=settings.TARSY_PENDING_RECOVERY_AFTER
     )
     dispatched = services.sessions_dispatch_waiting()
-    purged = services.transient_events_purge(older_than_seconds=settings.TARSY_TRANSIENT_EVENT_TTL)
+    purged = services.event_log_prune(retention_seconds=settings.TARSY_EVENT_RETENTION)
+    purged += services.transient_events_purge(older_than_seconds=settings.TARSY_TRANSIENT_EVENT_TTL)
     return {
         "timed_out": len(reaped),
         "requeued": len(stranded) + len(requeued),
         "dispatched": len(dispatched),
-        "purged_chunks": purged,
+        "purged_events": purged,
     }
 
 
@@ -143,7 +144,7 @@ def supervise(
         try:
             services.worker_cluster_beat(cluster_id=cluster_id, host=host, pid=pid, workers=workers)
             done = recover()
-            if any(count for name, count in done.items() if name != "purged_chunks"):
+            if any(count for name, count in done.items() if name != "purged_events"):
                 logger.warning("recovery: %s", done)
         except Exception:
             # The database may be down for a while; the next pass tries again.

@@ -88,7 +88,7 @@ def system(request: HttpRequest) -> HttpResponse:
 
 
 def session_detail(request: HttpRequest, session_id) -> HttpResponse:
-    cursor = selectors.latest_event_id()
+    cursor = selectors.session_event_cursor(session_id)
     session = get_object_or_404(AlertSession, id=session_id)
     timeline = selectors.session_timeline_for_page(session)
     streaming = [e.id for e in timeline if e.status == TimelineEventStatus.STREAMING]

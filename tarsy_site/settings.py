@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "sessions.apps.SessionsConfig",
     "django_q",
     "django_htmx",
+    "ninja",  # its static files: Swagger UI served from here, not a CDN
     "llm",
     "agents",
 ]
@@ -196,7 +197,9 @@ Q_CLUSTER = {
 
 TARSY_CONFIG = env_str("TARSY_CONFIG", str(BASE_DIR / "agents" / "tarsy.yaml"))
 TARSY_MAX_ALERT_BYTES = 1024 * 1024
-TARSY_RELAY_POLL_INTERVAL = env_float("TARSY_RELAY_POLL_INTERVAL", 0.02, minimum=0.001)
+# Each daphne's relay reads the event log when woken (sessions/wakeup.py), and this often
+# in case a wake-up was lost.
+TARSY_RELAY_POLL_INTERVAL = env_float("TARSY_RELAY_POLL_INTERVAL", 1.0, minimum=0.001)
 TARSY_CATCHUP_LIMIT = env_int("TARSY_CATCHUP_LIMIT", 200, minimum=1)
 # An open socket re-checks its login this often: logged out, deactivated → closed.
 TARSY_WS_ACCESS_CHECK_INTERVAL = env_float("TARSY_WS_ACCESS_CHECK_INTERVAL", 15, minimum=0.05)
@@ -225,6 +228,18 @@ TARSY_WARM_BACKENDS = env_bool("TARSY_WARM_BACKENDS", default=True)
 TARSY_TOOL_RESULT_STORAGE_TOKENS = env_int("TARSY_TOOL_RESULT_STORAGE_TOKENS", 8000, minimum=100)
 TARSY_TOOL_RESULT_MAX_TOKENS = env_int("TARSY_TOOL_RESULT_MAX_TOKENS", 25000, minimum=100)
 TARSY_SUMMARIZATION_INPUT_TOKENS = env_int("TARSY_SUMMARIZATION_INPUT_TOKENS", 100000, minimum=100)
+# Addresses of reverse proxies (IPs or CIDR networks) whose X-Forwarded-User,
+# X-Forwarded-Email and X-Remote-User headers name the API request's author.
+TARSY_TRUSTED_PROXIES = env_list("TARSY_TRUSTED_PROXIES", [])
+# /metrics: a scraper sends "Authorization: Bearer <TARSY_METRICS_TOKEN>"; without a token
+# set, only logged-in staff may read it (or anyone, with TARSY_METRICS_PUBLIC=true).
+TARSY_METRICS_TOKEN = env_str("TARSY_METRICS_TOKEN", "")
+TARSY_METRICS_PUBLIC = env_bool("TARSY_METRICS_PUBLIC", default=False)
+# How long a session's event-log rows outlive its end, and how many persistent events of a
+# session are kept beyond that for reconnecting clients (the catch-up cap needs one more).
+TARSY_EVENT_RETENTION = env_float("TARSY_EVENT_RETENTION", 60, minimum=0)
+# Streamed text is written to the database at most this often per item (seconds).
+TARSY_STREAM_FLUSH_INTERVAL = env_float("TARSY_STREAM_FLUSH_INTERVAL", 0.03, minimum=0)
 
 LOGGING = {
     "version": 1,

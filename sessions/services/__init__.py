@@ -51,6 +51,7 @@ from sessions.services.lifecycle import (
 )
 from sessions.services.queue import (
     SessionNotQueued,
+    event_log_prune,
     mcp_server_health_record,
     session_enqueue,
     sessions_dispatch_waiting,
@@ -71,6 +72,7 @@ from sessions.services.records import (
     stage_start,
     timeline_event_add,
     timeline_event_chunk,
+    timeline_event_chunks,
     timeline_event_complete,
     timeline_payload,
 )
@@ -118,6 +120,7 @@ __all__ = [
     "chat_messages_requeue_lost",
     "chat_messages_time_out_orphans",
     "chat_unavailable_reason",
+    "event_log_prune",
     "event_publish",
     "execution_cancel",
     "execution_finish",
@@ -149,6 +152,7 @@ __all__ = [
     "stage_start",
     "timeline_event_add",
     "timeline_event_chunk",
+    "timeline_event_chunks",
     "timeline_event_complete",
     "timeline_payload",
     "transient_events_purge",

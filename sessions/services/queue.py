@@ -8,19 +8,30 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
 from sessions.models import (
     RUNNING_SESSION_STATUSES,
+    TERMINAL_SESSION_STATUSES,
     AlertSession,
+    ChatMessageStatus,
     MCPServerHealth,
+    ScoreStatus,
     SessionEvent,
     SessionStatus,
+    TimelineEvent,
+    TimelineEventStatus,
     WorkerCluster,
 )
 from sessions.services.scoring import scores_requeue_lost
+
+OPEN_CHAT_STATUSES = [
+    ChatMessageStatus.PENDING,
+    ChatMessageStatus.RUNNING,
+    ChatMessageStatus.CANCELLING,
+]
 
 
 class SessionNotQueued(Exception):
@@ -117,6 +128,48 @@ def worker_clusters_bury(*, silent_for_seconds: float) -> list[Any]:
 def transient_events_purge(*, older_than_seconds: float) -> int:
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     deleted, _ = SessionEvent.objects.filter(transient=True, created_at__lt=cutoff).delete()
+    return deleted
+
+
+def event_log_prune(*, retention_seconds: float) -> int:
+    """Expire the event-log rows no client can need; returns how many were deleted.
+
+    Pages render from the tables, and the log only bridges a page's render to its live
+    socket (and lets a reconnecting socket catch up). So:
+    - the stream chunks of an item that has completed go ``retention_seconds`` after
+      they were written: the item's completed event carries its whole text;
+    - every event of a session that has ended and has nothing running any more (no chat
+      answer, no scoring) goes ``retention_seconds`` after its last one. The session
+      remembers the newest id it lost, and a socket resuming from before it reloads
+      the page instead (consumers.py; the /api/v1/ws catch-up answers overflow).
+    """
+    cutoff = timezone.now() - timedelta(seconds=retention_seconds)
+    streaming = TimelineEvent.objects.filter(status=TimelineEventStatus.STREAMING)
+    deleted, _ = (
+        SessionEvent.objects.filter(transient=True, created_at__lt=cutoff)
+        .exclude(timeline_event_id__in=streaming.values("id"))
+        .delete()
+    )
+    idle = (
+        AlertSession.objects.filter(status__in=TERMINAL_SESSION_STATUSES)
+        .exclude(chat_messages__status__in=OPEN_CHAT_STATUSES)
+        .exclude(scores__status__in=[ScoreStatus.PENDING, ScoreStatus.IN_PROGRESS])
+        .values("id")
+    )
+    ended = (
+        SessionEvent.objects.filter(session_id__in=idle)
+        .values("session_id")
+        .annotate(newest=Max("id"), last_at=Max("created_at"))
+        .filter(last_at__lt=cutoff)
+        .values_list("session_id", "newest")
+    )
+    for session_id, newest in list(ended):
+        with transaction.atomic():
+            count, _ = SessionEvent.objects.filter(session_id=session_id, id__lte=newest).delete()
+            AlertSession.objects.filter(id=session_id, events_pruned_through__lt=newest).update(
+                events_pruned_through=newest
+            )
+        deleted += count
     return deleted
 
 

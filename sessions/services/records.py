@@ -332,15 +332,26 @@ def item_create(
 
 def timeline_event_chunk(*, lease: Lease, event: TimelineEvent, delta: str) -> SessionEvent:
     """A piece of streamed text. Transient: the completed event carries the whole text."""
+    return timeline_event_chunks(lease=lease, chunks=[(event, delta)])[0]
+
+
+def timeline_event_chunks(
+    *, lease: Lease, chunks: list[tuple[TimelineEvent, str]]
+) -> list[SessionEvent]:
+    """Pieces of streamed text of one or more items, in one transaction (the recorder
+    gathers a stream's deltas for a few milliseconds: agents/recorder.py)."""
     with transaction.atomic():
         hold(lease)
-        return event_publish(
-            session_id=event.session_id,
-            type=SessionEventType.STREAM_CHUNK,
-            payload={"event_id": event.id, "delta": delta},
-            transient=True,
-            timeline_event_id=event.id,
-        )
+        return [
+            event_publish(
+                session_id=event.session_id,
+                type=SessionEventType.STREAM_CHUNK,
+                payload={"event_id": event.id, "delta": delta},
+                transient=True,
+                timeline_event_id=event.id,
+            )
+            for event, delta in chunks
+        ]
 
 
 def timeline_event_complete(

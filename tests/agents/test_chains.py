@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from django.db.models import F
 
 from agents.config import get_config
 from sessions import services
@@ -116,7 +117,13 @@ def snapshot(session: AlertSession) -> dict[str, Any]:
     executions = list(
         AgentExecution.objects.filter(session=session)
         .select_related("stage", "parent_execution")
-        .order_by("stage__index", "parent_execution_id", "agent_index", "id")
+        # Top-level agents first on every database (PostgreSQL sorts NULLs last).
+        .order_by(
+            "stage__index",
+            F("parent_execution_id").asc(nulls_first=True),
+            "agent_index",
+            "id",
+        )
     )
     return {
         "status": session.status,

@@ -97,12 +97,14 @@ def test_it_calls_tools_feeds_results_back_and_concludes(scripted_provider):
     listing = MCPInteraction.objects.get(session=session, interaction_type="tool_list")
     assert "get_pod_logs" in listing.available_tools
 
-    # Streamed chunks went through the event log, and completion carried the full text.
+    # Streamed chunks went through the event log (all but what was still gathered when
+    # the item completed), and completion carried the full text.
     chunks = SessionEvent.objects.filter(session=session, type="stream.chunk")
-    assert (
-        "".join(c.payload["delta"] for c in chunks if c.timeline_event_id == tool_item.id - 1)
-        == "Listing pods."
+    streamed = "".join(
+        c.payload["delta"] for c in chunks if c.timeline_event_id == tool_item.id - 1
     )
+    assert streamed
+    assert "Listing pods.".startswith(streamed)
     statuses = [
         e.payload["status"]
         for e in SessionEvent.objects.filter(session=session, type="session.status")
@@ -267,6 +269,23 @@ def test_a_session_timeout_mid_stream_keeps_the_partial_output(scripted_provider
     assert streamed == words[: len(streamed)]
     assert not TimelineEvent.objects.filter(session=session, status="streaming").exists()
     assert session.stages.get().status == "timed_out"
+
+
+def test_an_interrupted_stream_keeps_the_text_it_had_not_written_yet(scripted_provider, settings):
+    # Deltas are gathered for TARSY_STREAM_FLUSH_INTERVAL before they are written: with a
+    # long one, all but the first word are still in the worker when the timeout hits.
+    settings.TARSY_SESSION_TIMEOUT = 2
+    settings.TARSY_STREAM_FLUSH_INTERVAL = 60
+    words = [f"w{n}" for n in range(300)]
+    scripted_provider([{"thinking": " ".join(words), "chunk_delay": 0.05}])
+    session = submit()
+    assert run_session(str(session.id)) == "timed_out"
+    thinking = TimelineEvent.objects.get(session=session, event_type="llm_thinking")
+    streamed = thinking.content.split()
+    assert len(streamed) > 5
+    assert streamed == words[: len(streamed)]
+    chunks = SessionEvent.objects.filter(session=session, type="stream.chunk")
+    assert chunks.count() == 2  # the first word at once, the rest when interrupted
 
 
 def test_secrets_in_tool_results_are_masked_everywhere(scripted_provider):

@@ -108,7 +108,7 @@ def test_a_large_result_is_summarised_live_and_the_model_reads_the_summary(
     assert summary.sequence_number > tool_item.sequence_number
     # It streamed: chunks went out for the summary item before it completed.
     chunks = SessionEvent.objects.filter(session=session, timeline_event_id=summary.id)
-    assert chunks.filter(type="stream.chunk").count() > 1
+    assert chunks.filter(type="stream.chunk").exists()
 
     sent = tool_message_sent(session)
     assert summary.content in sent

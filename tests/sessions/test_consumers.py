@@ -154,9 +154,10 @@ async def test_the_session_list_follows_status_changes(user):
     await sync_to_async(services.session_end)(lease=claim.lease, status="completed")
     (message,) = await receive_until_quiet(communicator, quiet_for=1)
     assert f'id="active-{session.id}"' not in message
-    # Ended: its history row, which the page adds at the top.
+    # Ended: the history section again, its row at the top and its count up.
+    assert '<section id="history" aria-labelledby="history-title" hx-swap-oob="true">' in message
     assert f'id="session-row-{session.id}"' in message
-    assert 'data-upsert-into="#session-rows"' in message
+    assert re.search(r'id="history-count">\s*1 session<', message)
     assert 'data-status="completed"' in message
     await communicator.disconnect()
 

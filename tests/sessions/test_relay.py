@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from sessions.models import SessionEvent
-from sessions.relay import EventRelay
+from sessions.relay import HOLE_GRACE, MAX_HOLES, EventRelay
 
 
 class Clock:
@@ -16,12 +16,10 @@ def events(*ids: int) -> list[SessionEvent]:
     return [SessionEvent(id=event_id, type="x") for event_id in ids]
 
 
-def relay_at(cursor: int, clock: Clock) -> EventRelay:
-    """A relay that has been running: it has delivered up to ``cursor``."""
-    relay = EventRelay(0.02, gap_grace=2.0, clock=clock)
-    relay.cursor = cursor - 1
-    relay.deliverable(events(cursor))
-    relay.cursor = cursor
+def relay_at(head: int, clock: Clock, *, hole_grace: float = HOLE_GRACE) -> EventRelay:
+    """A relay that has been running: it has delivered everything up to ``head``."""
+    relay = EventRelay(1.0, hole_grace=hole_grace, clock=clock)
+    relay.head = head
     return relay
 
 
@@ -30,40 +28,50 @@ def ids(delivered: list[SessionEvent]) -> list[int]:
 
 
 def test_consecutive_events_go_out_at_once():
-    assert ids(relay_at(10, Clock()).deliverable(events(11, 12, 13))) == [11, 12, 13]
-
-
-def test_it_holds_events_behind_a_hole_until_it_fills():
-    clock = Clock()
-    relay = relay_at(10, clock)
-    # 12 committed while 11 (another session's) is still in flight.
-    assert ids(relay.deliverable(events(12))) == []
-    clock.now += 0.5
-    assert ids(relay.deliverable(events(11, 12))) == [11, 12]
-
-
-def test_it_delivers_up_to_a_hole_in_the_middle():
-    clock = Clock()
-    assert ids(relay_at(10, clock).deliverable(events(11, 13))) == [11]
-
-
-def test_a_hole_that_never_fills_is_skipped_after_the_grace():
-    clock = Clock()
-    relay = relay_at(10, clock)
-    assert ids(relay.deliverable(events(12, 13))) == []
-    clock.now += 2.5  # the transaction behind 11 rolled back
-    assert ids(relay.deliverable(events(12, 13))) == [12, 13]
-
-
-def test_a_hole_before_the_first_event_is_old_history():
-    # Rows deleted before the relay started (purged stream chunks) leave a hole that no
-    # transaction will fill.
-    relay = EventRelay(0.02, gap_grace=2.0, clock=Clock())
-    relay.cursor = 10
-    assert ids(relay.deliverable(events(57, 58))) == [57, 58]
-
-
-def test_without_grace_holes_are_ignored():
     relay = relay_at(10, Clock())
-    relay.gap_grace = 0.0
-    assert ids(relay.deliverable(events(12))) == [12]
+    assert ids(relay.accept(events(11, 12, 13))) == [11, 12, 13]
+    assert relay.holes == {}
+
+
+def test_an_event_behind_a_hole_goes_out_at_once_and_the_hole_is_watched():
+    # 12 (one session's) committed while 11 (another session's) is still in flight: 12
+    # does not wait, and 11 goes out when it commits.
+    clock = Clock()
+    relay = relay_at(10, clock)
+    assert ids(relay.accept(events(12))) == [12]
+    assert list(relay.holes) == [11]
+    clock.now += 5
+    assert ids(relay.accept(events(11, 13))) == [11, 13]
+    assert relay.holes == {}
+
+
+def test_nothing_goes_out_twice():
+    relay = relay_at(10, Clock())
+    assert ids(relay.accept(events(11, 13))) == [11, 13]
+    # The next read asks for the hole again and gets what is after the head.
+    assert ids(relay.accept(events(13, 14))) == [14]
+    assert ids(relay.accept(events(12))) == [12]
+    assert ids(relay.accept(events(11, 12, 13, 14))) == []
+
+
+def test_a_hole_that_never_fills_is_forgotten_after_the_grace():
+    clock = Clock()
+    relay = relay_at(10, clock)
+    relay.accept(events(12))
+    clock.now += HOLE_GRACE + 1  # the transaction behind 11 rolled back
+    relay.accept(events(13))
+    assert relay.holes == {}
+
+
+def test_a_huge_jump_watches_a_bounded_number_of_holes():
+    relay = relay_at(10, Clock())
+    assert ids(relay.accept(events(10 + 50 * MAX_HOLES))) == [10 + 50 * MAX_HOLES]
+    assert len(relay.holes) == MAX_HOLES
+
+
+def test_without_grace_holes_are_not_watched():
+    # SQLite: one writer at a time, so a hole is history (deleted rows), never in flight.
+    relay = relay_at(10, Clock(), hole_grace=0)
+    assert ids(relay.accept(events(12))) == [12]
+    assert relay.holes == {}
+    assert ids(relay.accept(events(11))) == []

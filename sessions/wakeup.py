@@ -1,0 +1,92 @@
+"""Waking the event relays when the event log grows, instead of having them poll it.
+
+On PostgreSQL the writer's transaction sends ``NOTIFY tarsy_events`` (delivered at
+commit, to every web process on every host). SQLite has no such thing, and SQLite means
+one host: each relay listens on a UDP port of 127.0.0.1 and announces it as a file under
+``<TARSY_DATA_DIR>/relays/``; a writer sends one datagram to each after its commit. A
+lost datagram costs latency only: the relays still poll the log slowly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "tarsy_events"
+_REFRESH = 1.0  # seconds between re-reads of the relays directory
+
+_sender: socket.socket | None = None
+_targets: list[int] = []
+_read_at = -_REFRESH
+
+
+def relays_dir() -> Path:
+    return Path(settings.DATA_DIR) / "relays"
+
+
+def announce(port: int) -> Path | None:
+    """Publish this process's relay port; returns the file to remove when it stops."""
+    path = relays_dir() / f"{os.getpid()}-{port}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+    except OSError as exc:
+        logger.warning("event relay: cannot announce its wake-up port (%s); it polls", exc)
+        return None
+    return path
+
+
+def nudge() -> None:
+    """After a commit that wrote events: wake the relays of this host."""
+    global _sender
+    targets = _relays()
+    if not targets:
+        return
+    if _sender is None:
+        _sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        _sender.setblocking(False)
+    for port in targets:
+        # A full buffer means that relay has reading to do anyway.
+        with contextlib.suppress(OSError):
+            _sender.sendto(b"!", ("127.0.0.1", port))
+
+
+def _relays() -> list[int]:
+    global _targets, _read_at
+    now = time.monotonic()
+    if now - _read_at < _REFRESH:
+        return _targets
+    _read_at = now
+    found = []
+    try:
+        entries = list(relays_dir().iterdir())
+    except OSError:
+        entries = []
+    for path in entries:
+        pid, _, port = path.name.partition("-")
+        if not (pid.isdigit() and port.isdigit()):
+            continue
+        if not _alive(int(pid)):
+            path.unlink(missing_ok=True)  # a relay killed before it could clean up
+            continue
+        found.append(int(port))
+    _targets = found
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
