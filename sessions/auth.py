@@ -1,37 +1,53 @@
-"""API authentication: ``Authorization: Bearer <token>`` or a logged-in browser session."""
+"""API authentication and the author of an API request.
+
+A request is authenticated by, in order: a trusted reverse proxy's identity header
+(``TARSY_TRUSTED_PROXIES``, as TARSy is deployed behind oauth2-proxy), an
+``Authorization: Bearer <token>`` header, or a logged-in browser session.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 import secrets
-from collections.abc import Callable
-from functools import wraps
+from functools import cache
 from importlib import import_module
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import get_user, get_user_model
-from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import DatabaseError
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
-from django.views.decorators.csrf import csrf_exempt
 
 from sessions.models import ApiToken
 
 logger = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "tarsy_"
+# TARSy's order (pkg/api/auth.go): oauth2-proxy's user, its email, kube-rbac-proxy's user.
+IDENTITY_HEADERS = ("X-Forwarded-User", "X-Forwarded-Email", "X-Remote-User")
+AUTHOR_LIMIT = 150  # characters (AlertSession.author)
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 def api_error(message: str, status: int, **extra: Any) -> JsonResponse:
     """Every API error: ``message`` is TARSy's key; ``error`` repeats it for clients of
     this API's first versions."""
     return JsonResponse({"message": message, "error": message, **extra}, status=status)
+
+
+class ApiRejected(Exception):
+    """An API request that gets a JSON error; ``extra`` keys join the body."""
+
+    def __init__(self, message: str, status: int = 400, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.extra = extra
 
 
 def _hash(token: str) -> str:
@@ -71,53 +87,89 @@ def user_still_allowed(scope: dict[str, Any]) -> bool:
     return current.is_authenticated and current.pk == user.pk
 
 
+@cache
+def _trusted_networks(
+    proxies: tuple[str, ...],
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    networks = []
+    for proxy in filter(None, (p.strip() for p in proxies)):
+        try:
+            networks.append(ipaddress.ip_network(proxy, strict=False))
+        except ValueError:
+            # Logged once (cached); skipping it is the safe reading of a typo.
+            logger.error("TARSY_TRUSTED_PROXIES: %r is not an IP address or network", proxy)
+    return tuple(networks)
+
+
+def from_trusted_proxy(request: HttpRequest) -> bool:
+    networks = _trusted_networks(tuple(settings.TARSY_TRUSTED_PROXIES))
+    if not networks:
+        return False
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(address in network for network in networks)
+
+
+def proxy_identity(request: HttpRequest) -> str:
+    """The user a trusted proxy vouches for ("" if none); anyone else's headers are
+    ignored, since any client can send them."""
+    if not from_trusted_proxy(request):
+        return ""
+    for header in IDENTITY_HEADERS:
+        if value := request.headers.get(header, "").strip():
+            return value[:AUTHOR_LIMIT]
+    return ""
+
+
+def request_author(request: HttpRequest) -> str:
+    """Who an API request acts for (TARSy's author, §4): the proxy's user, else the
+    token's owner or the logged-in user."""
+    return getattr(request, "tarsy_author", "") or request.user.get_username()
+
+
 def _csrf_failure(request: HttpRequest) -> HttpResponse | None:
     return CsrfViewMiddleware(lambda r: HttpResponse()).process_view(request, None, (), {})
 
 
-def api_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Authenticate an API request; answer 401 JSON rather than redirecting to a login page.
+def _cross_site(request: HttpRequest) -> bool:
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return request.headers.get("Sec-Fetch-Site") == "cross-site"
+    return urlsplit(origin).netloc != request.get_host()
 
-    Bearer requests skip CSRF (no ambient credentials); cookie-authenticated unsafe
-    requests still get Django's CSRF check.
-    """
 
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        header = request.headers.get("Authorization", "")
-        if header:
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() != "bearer" or not token.strip():
-                return api_error("Authorization header must be 'Bearer <token>'", 401)
-            user = user_for_token(token.strip())
-            if user is None:
-                return api_error("invalid or revoked API token", 401)
-            request.user = user
-        elif request.user.is_authenticated:
-            if request.method not in ("GET", "HEAD", "OPTIONS") and (
-                failure := _csrf_failure(request)
-            ):
-                return failure
-        else:
-            return api_error(
-                "authentication required: send 'Authorization: Bearer <token>' "
-                "(create one with: python manage.py create_api_token USERNAME)",
-                401,
+def authenticate_api_request(request: HttpRequest) -> str:
+    """Authenticate the request and return its author, or raise ``ApiRejected`` (401,
+    403). Bearer requests skip CSRF (no ambient credentials); cookie-authenticated unsafe
+    requests get Django's CSRF check, and proxy-authenticated ones an Origin check (the
+    proxy's own cookie is ambient too)."""
+    if identity := proxy_identity(request):
+        if request.method not in SAFE_METHODS and _cross_site(request):
+            raise ApiRejected("cross-site request refused: send it from TARSy's own origin", 403)
+        request.tarsy_author = identity
+        return identity
+    header = request.headers.get("Authorization", "")
+    if header:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiRejected("Authorization header must be 'Bearer <token>'", 401)
+        user = user_for_token(token.strip())
+        if user is None:
+            raise ApiRejected("invalid or revoked API token", 401)
+        request.user = user
+        return user.get_username()
+    if request.user.is_authenticated:
+        if request.method not in SAFE_METHODS and (failure := _csrf_failure(request)):
+            raise ApiRejected(
+                "CSRF check failed: a browser must send the csrftoken cookie's value in "
+                "the X-CSRFToken header",
+                failure.status_code,
             )
-        return _json_errors(view, request, *args, **kwargs)
-
-    return csrf_exempt(login_not_required(wrapper))
-
-
-def _json_errors(view: Callable[..., HttpResponse], request: HttpRequest, *args, **kwargs):
-    """API clients get JSON for every failure, never Django's HTML error pages."""
-    try:
-        return view(request, *args, **kwargs)
-    except Http404 as exc:
-        return api_error(str(exc) or "not found", 404)
-    except DatabaseError as exc:
-        logger.error("API %s %s: database error: %s", request.method, request.path, exc)
-        return api_error(f"the database is unavailable ({type(exc).__name__}); retry later", 503)
-    except Exception:
-        logger.exception("API %s %s failed", request.method, request.path)
-        return api_error("internal error; the server log has the details", 500)
+        return request.user.get_username()
+    raise ApiRejected(
+        "authentication required: send 'Authorization: Bearer <token>' "
+        "(create one with: python manage.py create_api_token USERNAME)",
+        401,
+    )

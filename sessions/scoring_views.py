@@ -1,21 +1,20 @@
-"""Scores on the session page (its Scoring section and badge), the Re-score button,
-and TARSy's ``/api/v1/sessions/{id}/score``."""
+"""Scores on the session page (its Scoring section and badge) and the Re-score button
+(TARSy's ``/api/v1/sessions/{id}/score`` is in ``sessions.rest.followups``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_POST
 
 from sessions import scoring_selectors, services
-from sessions.auth import api_error, api_view
 from sessions.models import AlertSession
 
-__all__ = ["api_session_score", "score_fragments", "session_rescore"]
+__all__ = ["score_fragments", "session_rescore"]
 
 
 def score_fragments(session_id: Any) -> str:
@@ -52,26 +51,3 @@ def session_rescore(request: HttpRequest, session_id) -> HttpResponse:
         ),
         status=status,
     )
-
-
-@api_view
-@require_http_methods(["GET", "POST"])
-def api_session_score(request: HttpRequest, session_id) -> JsonResponse:
-    """TARSy's route. GET: the newest score (any status), 404 when never scored. POST (no
-    body): score again, whatever the chain's ``scoring.enabled`` says; 202 ``{score_id}``,
-    409 while the session runs or a scoring is already queued or running."""
-    session = AlertSession.objects.filter(id=session_id).first()
-    if session is None:
-        return api_error("resource not found", 404)
-    if request.method == "GET":
-        score = session.scores.first()
-        if score is None:
-            return api_error("resource not found", 404)
-        return JsonResponse(scoring_selectors.score_json(score))
-    try:
-        score = services.score_request(
-            session_id=session.id, triggered_by=request.user.get_username()
-        )
-    except services.NotScorable as refused:
-        return api_error(str(refused), 409)
-    return JsonResponse({"score_id": str(score.id)}, status=202)

@@ -3,10 +3,7 @@ from __future__ import annotations
 from django.urls import path
 
 from sessions import (
-    api,
-    chat_api,
     chat_views,
-    review_api,
     review_views,
     scoring_views,
     trace_views,
@@ -46,37 +43,4 @@ urlpatterns = [
         trace_views.trace_mcp_result,
         name="trace-mcp",
     ),
-]
-
-api_urlpatterns = [
-    path("alerts", api.alert_create, name="api-alert-create"),
-    path("sessions", api.session_list, name="api-session-list"),
-    path(
-        "sessions/<uuid:session_id>/score",
-        scoring_views.api_session_score,
-        name="api-session-score",
-    ),
-    path("sessions/review", review_api.review_update, name="api-review-update"),
-    path("sessions/triage/<str:group>", review_api.triage_group, name="api-triage-group"),
-    path(
-        "sessions/<uuid:session_id>/review-activity",
-        review_api.review_activity,
-        name="api-review-activity",
-    ),
-    path("sessions/<uuid:session_id>", api.session_detail, name="api-session-detail"),
-    path("sessions/<uuid:session_id>/timeline", api.session_timeline, name="api-session-timeline"),
-    path("sessions/<uuid:session_id>/cancel", api.session_cancel, name="api-session-cancel"),
-    path(
-        "sessions/<uuid:session_id>/chat/messages",
-        chat_api.chat_message_create,
-        name="api-chat-message-create",
-    ),
-    path(
-        "sessions/<uuid:session_id>/executions/<int:execution_id>/cancel",
-        api.execution_cancel,
-        name="api-execution-cancel",
-    ),
-    path("system/mcp-servers", api.system_mcp_servers, name="api-system-mcp-servers"),
-    path("runbooks", api.runbook_list, name="api-runbooks"),
-    path("health", api.health, name="api-health"),
 ]

@@ -1,4 +1,9 @@
-"""ASGI entry point: Django for HTTP, Channels for WebSockets (same-origin, logged-in)."""
+"""ASGI entry point: Django for HTTP, Channels for WebSockets.
+
+Every WebSocket handshake passes the same-origin check first, then authenticates by the
+session cookie, or by ``Authorization: Bearer <token>`` or a trusted proxy's user header
+(``/api/v1/ws`` clients; sessions/ws_api.py).
+"""
 
 from __future__ import annotations
 
@@ -14,11 +19,14 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from sessions.routing import websocket_urlpatterns  # noqa: E402
+from sessions.ws_api import BearerTokenMiddleware  # noqa: E402
 from tarsy_site.websocket import SameOriginValidator  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_application,
-        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginValidator(
+            AuthMiddlewareStack(BearerTokenMiddleware(URLRouter(websocket_urlpatterns)))
+        ),
     }
 )

@@ -22,7 +22,11 @@ def test_it_accepts_an_alert_and_queues_it(client, api_token, django_capture_on_
         response = post_alert(client, {"data": "pod payments-api is crash-looping"}, api_token)
     assert response.status_code == 202
     body = response.json()
-    assert body["status"] == "queued"
+    assert body == {
+        "session_id": body["session_id"],
+        "status": "queued",
+        "message": "Alert submitted for processing",
+    }
     session = AlertSession.objects.get(id=body["session_id"])
     assert session.alert_type == "kubernetes"  # the configured default
     assert session.chain_id == "kubernetes-investigation"
@@ -149,7 +153,7 @@ def test_session_list_paginates_and_filters(client, api_token):
     make_session(status="completed")
     auth = {"HTTP_AUTHORIZATION": f"Bearer {api_token}"}
     body = client.get("/api/v1/sessions?page_size=2", **auth).json()
-    assert body["pagination"] == {"page": 1, "page_size": 2, "total": 4, "total_pages": 2}
+    assert body["pagination"] == {"page": 1, "page_size": 2, "total_pages": 2, "total_items": 4}
     assert len(body["sessions"]) == 2
     body = client.get("/api/v1/sessions?status=completed", **auth).json()
     assert [s["status"] for s in body["sessions"]] == ["completed"]
@@ -158,17 +162,33 @@ def test_session_list_paginates_and_filters(client, api_token):
 @pytest.mark.parametrize(
     ("query", "message"),
     [
-        ("page_size=500", "page_size must be between 1 and 100"),
-        ("page=x", "page must be a whole number"),
-        ("status=done", "unknown status done"),
-        ("review_status=done", "unknown review_status done; allowed: needs_review"),
-        ("quality_rating=great", "unknown quality_rating great; allowed: accurate"),
+        ("status=done", "validation error on field 'status': unknown value done"),
+        (
+            "review_status=done",
+            "validation error on field 'review_status': unknown value done; allowed: needs_review",
+        ),
+        ("quality_rating=great", "field 'quality_rating': Input should be 'accurate'"),
+        ("sort_by=size", "field 'sort_by': Input should be 'created_at', 'status'"),
+        ("sort_order=up", "field 'sort_order': Input should be 'asc' or 'desc'"),
+        ("scoring_status=good", "field 'scoring_status': Input should be 'scored'"),
+        ("start_date=yesterday", "field 'start_date': 'yesterday' is not an RFC 3339 time"),
+        ("end_date=2026-01-01T00:00:00", "field 'end_date'"),
+        ("search=ab", "field 'search': Search needs at least 3 characters"),
     ],
 )
 def test_session_list_rejects_bad_parameters(client, api_token, query, message):
     response = client.get(f"/api/v1/sessions?{query}", HTTP_AUTHORIZATION=f"Bearer {api_token}")
     assert response.status_code == 400
-    assert message in response.json()["error"]
+    assert message in response.json()["message"]
+
+
+@pytest.mark.parametrize("query", ["page_size=500", "page=x", "page=0", "page_size=-1"])
+def test_session_list_replaces_a_bad_page_with_the_default(client, api_token, query):
+    make_session()
+    response = client.get(f"/api/v1/sessions?{query}", HTTP_AUTHORIZATION=f"Bearer {api_token}")
+    assert response.status_code == 200
+    pagination = response.json()["pagination"]
+    assert (pagination["page"], pagination["page_size"]) == (1, 25)
 
 
 def test_session_list_filters_by_review(client, api_token):
@@ -182,7 +202,7 @@ def test_session_list_filters_by_review(client, api_token):
 
     def ids(query: str) -> set[str]:
         body = client.get(f"/api/v1/sessions?{query}", **auth).json()
-        return {s["session_id"] for s in body["sessions"]}
+        return {s["id"] for s in body["sessions"]}
 
     assert ids("review_status=needs_review,in_progress") == {str(waiting.id), str(mine.id)}
     assert ids("assignee=bob") == {str(mine.id), str(good.id)}
@@ -205,10 +225,10 @@ def test_session_detail_and_timeline(client, api_token):
     )
     auth = {"HTTP_AUTHORIZATION": f"Bearer {api_token}"}
     detail = client.get(f"/api/v1/sessions/{session.id}", **auth).json()
-    assert detail["session_id"] == str(session.id)
+    assert detail["id"] == str(session.id)
     assert detail["final_analysis"] == "root cause"
     timeline = client.get(f"/api/v1/sessions/{session.id}/timeline", **auth).json()
-    assert [e["event_type"] for e in timeline["events"]] == ["final_analysis"]
+    assert [e["event_type"] for e in timeline] == ["final_analysis"]
 
 
 def test_unknown_session_is_404(client, api_token):
@@ -217,6 +237,7 @@ def test_unknown_session_is_404(client, api_token):
         HTTP_AUTHORIZATION=f"Bearer {api_token}",
     )
     assert response.status_code == 404
+    assert response.json()["message"] == "resource not found"
 
 
 def test_health_needs_no_login(client):

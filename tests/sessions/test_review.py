@@ -338,10 +338,10 @@ def test_the_api_applies_an_action_to_several_sessions_each_on_its_own(client, a
         ({"session_ids": [1], "action": "claim"}, "session_ids must be a list"),
         (
             {"session_ids": ["x"], "action": "complete", "quality_rating": 5},
-            "quality_rating must be a string",
+            "validation error on field 'quality_rating': must be a string",
         ),
-        ("not json", "invalid request body: not JSON"),
-        ("[1]", "invalid request body: expected a JSON object"),
+        ("not json", "request body is not valid JSON"),
+        ("[1]", "request body must be a JSON object such as"),
     ],
 )
 def test_a_request_no_session_could_take_is_a_400(client, api_token, body, message):
@@ -484,11 +484,17 @@ def test_triage_pages_and_filters_by_assignee(client, api_token):
 @pytest.mark.parametrize(
     ("query", "message"),
     [
-        ("resolved", 'unknown triage group "resolved"'),
-        ("needs_review?page=0", "page must be a positive integer"),
-        ("needs_review?page=x", "page must be a positive integer"),
-        ("needs_review?page_size=-1", "page_size must be a positive integer"),
-        ("needs_review?page_size=201", "page_size must not exceed 200"),
+        ("resolved", "validation error on field 'group': Input should be 'investigating'"),
+        ("needs_review?page=0", "validation error on field 'page': must be a positive integer"),
+        ("needs_review?page=x", "validation error on field 'page': must be a positive integer"),
+        (
+            "needs_review?page_size=-1",
+            "validation error on field 'page_size': must be a positive integer",
+        ),
+        (
+            "needs_review?page_size=201",
+            "validation error on field 'page_size': must not exceed 200",
+        ),
     ],
 )
 def test_triage_rejects_what_it_cannot_answer(client, api_token, query, message):
