@@ -2,6 +2,7 @@
 
 A fresh data directory and SQLite database, migrations, a login, a provider, then
 daphne and a qcluster as subprocesses — the same processes ``bin/run`` starts.
+``scaled_deployment`` runs several of each on a fresh PostgreSQL database instead.
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -54,6 +59,8 @@ class Deployment:
     processes: list[subprocess.Popen] = field(default_factory=list)
     commands: dict[str, list[str]] = field(default_factory=dict)
     logs: list[Path] = field(default_factory=list)
+    # Every web process's URL when there are several (``scaled_deployment``).
+    web_urls: list[str] = field(default_factory=list)
 
     @property
     def database(self) -> Path:
@@ -113,9 +120,18 @@ class Deployment:
                 rows = db.execute(sql, params).fetchall()
         return [tuple(v.hex if isinstance(v, uuid.UUID) else v for v in row) for row in rows]
 
-    def api(self, method: str, path: str, token: str, body: dict | None = None) -> tuple[int, Any]:
+    def api(
+        self,
+        method: str,
+        path: str,
+        token: str,
+        body: dict | None = None,
+        *,
+        base_url: str | None = None,
+    ) -> tuple[int, Any]:
+        """Call the REST API of ``base_url`` (a web process; the first by default)."""
         request = urllib.request.Request(
-            f"{self.base_url}{path}",
+            f"{base_url or self.base_url}{path}",
             method=method,
             data=json.dumps(body).encode() if body is not None else None,
             headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
@@ -133,6 +149,17 @@ class Deployment:
         """Start ``name`` again after it was killed; its log goes on in the same file."""
         index = list(self.commands).index(name)
         self.processes[index] = self.start(name, log_mode="a")
+
+    def worker_clusters(self) -> dict[str, str]:
+        """Which qcluster each live process belongs to: ``{"host:pid": "qcluster-2"}``, in
+        the form of ``AlertSession.worker_id``. Each qcluster leads its own process group."""
+        host = socket.gethostname()
+        return {
+            f"{host}:{pid}": name
+            for name, process in zip(self.commands, self.processes, strict=True)
+            if name.startswith("qcluster")
+            for pid in process_group(process.pid)
+        }
 
     def log_tail(self, lines: int = 60) -> str:
         out = []
@@ -173,36 +200,19 @@ def deployment(
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     port = free_port()
-    env = {
-        **os.environ,
-        "TARSY_DATA_DIR": str(data_dir),
-        # TARSY_E2E_DATABASE_URL runs the deployment on another database (an empty
-        # PostgreSQL one, say); by default each deployment gets a fresh SQLite file.
-        "DATABASE_URL": os.environ.get("TARSY_E2E_DATABASE_URL")
-        or f"sqlite:///{data_dir / 'tarsy.sqlite3'}",
-        "SECRET_KEY": "e2e-not-secret",
-        "TARSY_WORKERS": "1",
-        "TARSY_QUEUE_POLL": "0.05",
-        "PYTHONUNBUFFERED": "1",
-        **(extra_env or {}),
-    }
-    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    # TARSY_E2E_DATABASE_URL runs the deployment on another database (an empty
+    # PostgreSQL one, say); by default each deployment gets a fresh SQLite file.
+    database_url = (
+        os.environ.get("TARSY_E2E_DATABASE_URL") or f"sqlite:///{data_dir / 'tarsy.sqlite3'}"
+    )
+    env = _environment(data_dir, database_url, extra_env)
     dep = Deployment(f"http://127.0.0.1:{port}", data_dir, env)
     dep.manage("migrate", "--no-input", "-v0")
     if os.environ.get("TARSY_E2E_DATABASE_URL"):
         dep.manage("flush", "--no-input", "-v0")  # a shared database: start empty
     dep.manage("shell", "-c", _provider_setup_code(provider))
     commands = {
-        "daphne": [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "tarsy_site.asgi:application",
-        ],
+        "daphne": _daphne_command(port),
         **{
             "qcluster" + (f"-{n}" if n > 1 else ""): [sys.executable, "manage.py", "qcluster"]
             for n in range(1, clusters + 1)
@@ -216,33 +226,179 @@ def deployment(
         _wait_for_health(dep)
         yield dep
     finally:
-        # SIGTERM to each leader only: qcluster then stops its sentinel and workers in
-        # order (a SIGTERM to its whole group kills the sentinel under it, and after a
-        # session has run the leader hangs until the SIGKILL below). Whatever is left in
-        # a group afterwards is killed.
-        for process in dep.processes:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, signal.SIGTERM)
-        for process in dep.processes:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=15)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=15)
+        _stop(dep.processes)
 
 
-def _wait_for_health(dep: Deployment, timeout: float = 60) -> None:
+def _environment(
+    data_dir: Path, database_url: str, extra_env: dict[str, str] | None
+) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "TARSY_DATA_DIR": str(data_dir),
+        "DATABASE_URL": database_url,
+        "SECRET_KEY": "e2e-not-secret",
+        "TARSY_WORKERS": "1",
+        "TARSY_QUEUE_POLL": "0.05",
+        "PYTHONUNBUFFERED": "1",
+        **(extra_env or {}),
+    }
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    return env
+
+
+def _daphne_command(port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "daphne",
+        "-b",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "tarsy_site.asgi:application",
+    ]
+
+
+def postgres_server_url() -> str | None:
+    """The PostgreSQL server scale-out tests may create databases on:
+    ``TARSY_TEST_POSTGRES_URL``, else ``DATABASE_URL`` when it is a PostgreSQL one."""
+    for name in ("TARSY_TEST_POSTGRES_URL", "DATABASE_URL"):
+        url = os.environ.get(name, "")
+        if url.startswith(("postgres://", "postgresql://")):
+            return url
+    return None
+
+
+def _postgres_admin(server_url: str) -> psycopg.Connection:
+    """An autocommit connection to the server's maintenance database (CREATE and DROP
+    DATABASE cannot run inside a transaction, nor from inside the database itself)."""
+    import psycopg
+
+    parts = urllib.parse.urlsplit(server_url)
+    error: Exception | None = None
+    # Django does the same: the ``postgres`` database, else the one the URL names.
+    for name in ("postgres", parts.path.lstrip("/")):
+        try:
+            return psycopg.connect(
+                parts._replace(scheme="postgresql", path=f"/{name}").geturl(), autocommit=True
+            )
+        except psycopg.OperationalError as exc:
+            error = exc
+    raise RuntimeError(f"cannot reach PostgreSQL at {parts.hostname}:{parts.port}: {error}")
+
+
+@contextlib.contextmanager
+def postgres_database(server_url: str) -> Iterator[str]:
+    """A new, empty database on the server of ``server_url``, dropped on exit (with
+    whatever is still connected to it); yields its URL."""
+    from psycopg import sql
+
+    name = f"tarsy_e2e_{uuid.uuid4().hex[:12]}"
+    with _postgres_admin(server_url) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield urllib.parse.urlsplit(server_url)._replace(path=f"/{name}").geturl()
+    finally:
+        with _postgres_admin(server_url) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@contextlib.contextmanager
+def scaled_deployment(
+    tmp_path: Path,
+    *,
+    provider: dict,
+    server_url: str,
+    webs: int = 2,
+    clusters: int = 2,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Deployment]:
+    """Several web hosts and worker hosts sharing one database: a fresh PostgreSQL
+    database on ``server_url``, migrated once, then ``webs`` daphne processes (``daphne-1``
+    … on ports of their own, listed in ``web_urls``) and ``clusters`` qclusters
+    (``qcluster-1`` …). Returns once every web process is healthy and every cluster has
+    reported for work, so that the first alerts are not all taken by whichever started
+    first."""
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    with postgres_database(server_url) as database_url:
+        env = _environment(data_dir, database_url, extra_env)
+        ports = [free_port() for _ in range(webs)]
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+        dep = Deployment(urls[0], data_dir, env, web_urls=urls)
+        dep.manage("migrate", "--no-input", "-v0")
+        dep.manage("shell", "-c", _provider_setup_code(provider))
+        dep.commands = {
+            **{f"daphne-{n}": _daphne_command(port) for n, port in enumerate(ports, 1)},
+            **{
+                f"qcluster-{n}": [sys.executable, "manage.py", "qcluster"]
+                for n in range(1, clusters + 1)
+            },
+        }
+        try:
+            for name in dep.commands:
+                dep.logs.append(data_dir / f"{name}.log")
+                dep.processes.append(dep.start(name))
+            _wait_for_health(dep)
+            _wait_for_clusters(dep)
+            yield dep
+        finally:
+            _stop(dep.processes)
+
+
+def _wait_for_clusters(dep: Deployment, timeout: float = 60) -> None:
+    """Until each qcluster's supervisor has beaten (it does once its workers are forked)."""
+    leaders = {
+        process.pid
+        for name, process in zip(dep.commands, dep.processes, strict=True)
+        if name.startswith("qcluster")
+    }
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for process in dep.processes:
             if process.poll() is not None:
                 raise RuntimeError(f"a TARSy process exited early:\n{dep.log_tail()}")
-        with (
-            contextlib.suppress(OSError),
-            urllib.request.urlopen(f"{dep.base_url}/health", timeout=2) as response,
-        ):
-            if response.status == 200:
-                return
+        beating = {pid for (pid,) in dep.query("SELECT pid FROM alert_sessions_workercluster")}
+        if leaders <= beating:
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"the worker clusters did not start in {timeout} s:\n{dep.log_tail()}")
+
+
+def _stop(processes: list[subprocess.Popen]) -> None:
+    # SIGTERM to each leader only: qcluster then stops its sentinel and workers in
+    # order (a SIGTERM to its whole group kills the sentinel under it, and after a
+    # session has run the leader hangs until the SIGKILL below). Whatever is left in
+    # a group afterwards is killed.
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGTERM)
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=15)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=15)
+
+
+def _wait_for_health(dep: Deployment, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    waiting = list(dep.web_urls or [dep.base_url])
+    while time.monotonic() < deadline:
+        for process in dep.processes:
+            if process.poll() is not None:
+                raise RuntimeError(f"a TARSy process exited early:\n{dep.log_tail()}")
+        for url in list(waiting):
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"{url}/health", timeout=2) as response,
+            ):
+                if response.status == 200:
+                    waiting.remove(url)
+        if not waiting:
+            return
         time.sleep(0.2)
     raise RuntimeError(f"TARSy did not become healthy in {timeout} s:\n{dep.log_tail()}")
 
