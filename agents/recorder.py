@@ -189,8 +189,13 @@ class _Streams:
                 return
             chunks = [(item, "".join(parts)) for item, parts in self.pending.values()]
             self.pending = {}
-            self.written_at = time.monotonic()
-            await db(services.timeline_event_chunks)(lease=self.lease, chunks=chunks)
+            try:
+                await db(services.timeline_event_chunks)(lease=self.lease, chunks=chunks)
+            finally:
+                # The interval runs from the end of the write: when writes are slow (a
+                # busy database), more deltas go into each, and a session's write rate
+                # falls instead of its queue growing.
+                self.written_at = time.monotonic()
 
     async def _flush_after(self, delay: float) -> None:
         try:

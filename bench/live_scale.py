@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from tests.e2e.harness import (
     launch_browser,
     log_in,
     postgres_server_url,
+    process_group,
     scaled_deployment,
 )
 
@@ -159,9 +161,10 @@ def api(dep, path: str, body: dict | None = None) -> dict:
         return json.loads(response.read() or b"null")
 
 
-def run_round(dep, browser, count: int) -> tuple[list[float], int]:
+def run_round(dep, browser, count: int) -> tuple[list[float], int, dict[str, float]]:
     """``count`` sessions at once, each followed by its own page; returns the latencies
-    (ms) of the words seen live, and how many words were not seen live."""
+    (ms) of the words seen live, how many words were not seen live, and each part's
+    CPU use (cores) over the round."""
     context = browser.new_context()
     context.add_init_script(OBSERVER)
     page = context.new_page()
@@ -171,18 +174,22 @@ def run_round(dep, browser, count: int) -> tuple[list[float], int]:
         api(dep, "/api/v1/alerts", {"data": f"namespace: payments\nbench {n}"})["session_id"]
         for n in range(count)
     ]
+    cpu_before, started = cpu_by_part(dep), time.monotonic()
     opened_at = {}
     for page, session_id in zip(pages, ids, strict=True):
         page.goto(f"{dep.base_url}/sessions/{session_id}/")
         opened_at[session_id] = time.time() * 1000 + 500  # the socket has subscribed by then
     latencies: list[float] = []
     unseen = 0
+    seen_all: dict[str, float] = {}
+    opened_words: set[str] = set()
     for page, session_id in zip(pages, ids, strict=True):
         page.wait_for_selector(
             '#session-status[data-status="completed"]', timeout=300_000, state="attached"
         )
         page.wait_for_timeout(200)
         seen = page.evaluate("window.__seen")
+        seen_all.update(seen)
         sent = [
             (word, int(STAMP.fullmatch(word).group(1)) / 1000)
             for word in _words_sent(dep, session_id)
@@ -190,12 +197,50 @@ def run_round(dep, browser, count: int) -> tuple[list[float], int]:
         for word, sent_ms in sent:
             if sent_ms < opened_at[session_id]:
                 continue  # streamed before the page was following
+            opened_words.add(word)
             if word in seen:
                 latencies.append(seen[word] - sent_ms)
             else:
                 unseen += 1
+    delays, written = _chunk_rows(dep, ids)
+    relayed = [
+        seen_at - written[word]
+        for word, seen_at in seen_all.items()
+        if word in written and word in opened_words
+    ]
+    elapsed = time.monotonic() - started
+    cpu = {k: (v - cpu_before[k]) / elapsed for k, v in cpu_by_part(dep).items()}
     context.close()
-    return latencies, unseen
+    return latencies, unseen, cpu, delays, relayed
+
+
+def _chunk_rows(dep, ids: list[str]) -> tuple[list[float], dict[str, float]]:
+    """The model → chunk row written delay of each stream-chunk row (ms, from its first
+    word), and when the row holding each word was written (ms)."""
+    delays, written = [], {}
+    for session_id in ids:
+        rows = dep.query(
+            "SELECT payload, created_at FROM alert_sessions_sessionevent "
+            "WHERE session_id = %s AND type = 'stream.chunk'",
+            (session_id.replace("-", ""),),
+        )
+        for payload, created_at in rows:
+            data = json.loads(payload) if isinstance(payload, str) else payload
+            inserted = _timestamp(created_at) * 1000
+            words = STAMP.findall(data.get("delta", ""))
+            if words:
+                delays.append(inserted - int(words[0]) / 1000)
+            for match in STAMP.finditer(data.get("delta", "")):
+                written[match.group(0)] = inserted
+    return delays, written
+
+
+def _timestamp(value) -> float:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.timestamp()
 
 
 def _words_sent(dep, session_id: str) -> list[str]:
@@ -226,6 +271,24 @@ def wait_ended(dep, session_id: str, timeout: float = 300) -> None:
     raise RuntimeError(f"session {session_id} did not end")
 
 
+def cpu_by_part(dep) -> dict[str, float]:
+    """CPU seconds used so far by each part: daphne, the worker cluster, Chromium, and
+    this script (the model server)."""
+    parts: dict[str, float] = {"daphne": 0.0, "workers": 0.0, "chromium": 0.0}
+    for name, process in zip(dep.commands, dep.processes, strict=True):
+        part = "daphne" if name.startswith("daphne") else "workers"
+        for pid in process_group(process.pid):
+            with contextlib.suppress(OSError, ValueError):
+                parts[part] += cpu_seconds(pid)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError):
+                if "chrom" in (entry / "comm").read_text():
+                    parts["chromium"] += cpu_seconds(int(entry.name))
+    parts["model server"] = cpu_seconds(os.getpid())
+    return parts
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -252,6 +315,9 @@ def main() -> None:
     parser.add_argument("--sessions", default="1,10,20")
     parser.add_argument("--postgres-url", default=None)
     parser.add_argument("--idle-seconds", type=float, default=30)
+    parser.add_argument(
+        "--flush-interval", default=None, help="TARSY_STREAM_FLUSH_INTERVAL (default: TARSy's)"
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.sessions.split(",")]
     pg_url = args.postgres_url or postgres_server_url()
@@ -263,6 +329,8 @@ def main() -> None:
         "TARSY_MAX_CONCURRENT_SESSIONS": str(most),
         "TARSY_EVENT_RETENTION": "3600",  # count rows before they expire
     }
+    if args.flush_interval is not None:
+        env["TARSY_STREAM_FLUSH_INTERVAL"] = args.flush_interval
     results = []
     with stamping_model() as model_url, sync_playwright() as playwright:
         browser = launch_browser(playwright)
@@ -287,18 +355,32 @@ def main() -> None:
                 idle[label] = idle_cpu(dep, browser, session_id, args.idle_seconds)
                 if extra:
                     continue
+                # Every worker process's first session pays for imports and client set-up
+                # (seconds on a loaded machine): one round first, not measured.
+                run_round(dep, browser, most)
                 for count in counts:
-                    latencies, unseen = run_round(dep, browser, count)
-                    results.append((count, latencies, unseen, load_average()))
+                    latencies, unseen, cpu, delays, relayed = run_round(dep, browser, count)
+                    results.append((count, latencies, unseen, load_average(), cpu, delays, relayed))
         browser.close()
 
     print(f"\n{args.db}: {WORDS} words per model call, one every {WORD_DELAY * 1000:g} ms")
-    for count, latencies, unseen, load in results:
+    for count, latencies, unseen, load, cpu, delays, relayed in results:
         print(
             f"{count:>3} sessions streaming: worker chunk → browser n={len(latencies):<5} "
             f"p50={percentile(latencies, 0.5):7.1f} ms  p99={percentile(latencies, 0.99):7.1f} ms  "
             f"max={max(latencies):7.1f} ms  p50/aim={percentile(latencies, 0.5) / AIM_P50_MS:4.2f}  "
             f"p99/aim={percentile(latencies, 0.99) / AIM_P99_MS:4.2f}  not seen live: {unseen}  ({load})"
+        )
+        print("      CPU (cores): " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
+        print(
+            f"      model → chunk row written (SDK, gathering, write): "
+            f"p50={percentile(delays, 0.5):7.1f} ms  p99={percentile(delays, 0.99):7.1f} ms "
+            f"(n={len(delays)} rows)"
+        )
+        print(
+            f"      chunk row written → browser (relay, socket, page): "
+            f"p50={percentile(relayed, 0.5):7.1f} ms  p99={percentile(relayed, 0.99):7.1f} ms "
+            f"(n={len(relayed)} words)"
         )
     before, now = rows.values()
     print(
