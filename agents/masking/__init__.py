@@ -2,17 +2,23 @@
 text from outside (error messages quoting a server's output).
 
 Whatever reaches the LLM provider, the database and every browser watching a session is
-masked once, before any of them sees it, in three passes:
+masked once, before any of them sees it, in these passes:
 
 1. Kubernetes Secrets, by structure (``kubernetes.py``); a document that cannot be read
    as a structure (truncated, not JSON/YAML, absurdly deep) is masked as text instead.
-2. Our patterns (``patterns.py``): key material, token shapes, and values whose name says
-   secret.
-3. detect-secrets' maintained token detectors (``detectors.py``).
+2. JSON strings holding escaped text, unescaped and masked from 1 (``encodings.py``).
+3. Our patterns (``patterns.py``): key material and token shapes, credentials in URLs
+   (``urls.py``) and on command lines (``commands.py``), and values whose name says
+   secret in any syntax (``assignments.py``, judged by ``names.py``).
+4. detect-secrets' maintained token detectors (``detectors.py``), then tokens known by
+   their vendor's prefix or by a prefix before a long random tail.
+5. base64 and percent-encoded pieces, decoded and masked from 1 (``encodings.py``): a
+   piece that held a secret, or is key material, is replaced.
 
-The text passes are linear regexes over the string; no input makes them fail. So the
-fail-closed and fail-open policies below only decide what happens on a bug, never on a
-hostile input: a tool result is withheld, an alert is kept as sent.
+The text passes are linear regexes and scans over the string, and decoding is bounded in
+depth; no input makes them fail. So the fail-closed and fail-open policies below only
+decide what happens on a bug, never on a hostile input: a tool result is withheld, an
+alert is kept as sent.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import logging
 import re
 from dataclasses import dataclass
 
-from agents.masking import detectors, kubernetes, patterns
+from agents.masking import detectors, encodings, kubernetes, patterns
 from agents.masking.kubernetes import SECRET_VALUE_MARKER
 from agents.masking.patterns import PATTERN_NAMES
 
@@ -92,7 +98,7 @@ def mask_alert(text: str) -> str:
         return text
 
 
-def _mask(text: str) -> str:
+def _mask(text: str, depth: int = 0) -> str:
     try:
         text = kubernetes.mask_kubernetes_secrets(text)
     except Exception as exc:
@@ -101,4 +107,10 @@ def _mask(text: str) -> str:
             "Masking a document's structure failed (%s); masked it as text.", type(exc).__name__
         )
         text = kubernetes.mask_secret_chunks(text)
-    return detectors.mask_detected(patterns.mask_patterns(text))
+    if depth < encodings.MAX_DEPTH:
+        text = encodings.mask_escaped(text, lambda inner: _mask(inner, depth + 1))
+    text = detectors.mask_detected(patterns.mask_patterns(text))
+    text = patterns.mask_prefixed_tokens(text)
+    if depth < encodings.MAX_DEPTH:
+        text = encodings.mask_encoded(text, lambda inner: _mask(inner, depth + 1))
+    return text
