@@ -50,6 +50,7 @@ from agents.config_types import (
     SystemConfig,
     TarsyConfig,
 )
+from agents.masking.bounded import UnsafeInput, load_yaml
 from agents.masking.patterns import KNOWN_PATTERNS, PATTERN_GROUPS
 from agents.prompts import (
     CHAT_INSTRUCTIONS,
@@ -202,12 +203,18 @@ class ConfigError(ValueError):
     pass
 
 
+# A tarsy.yaml is a few KiB; a file far larger (or deeper) is not one.
+CONFIG_CHARS = 4 * 1024 * 1024
+
+
 def load_config(path: str | Path) -> TarsyConfig:
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = load_yaml(path.read_text(), what=str(path), max_chars=CONFIG_CHARS)
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found (set TARSY_CONFIG to a tarsy.yaml)") from None
+    except UnsafeInput as exc:
+        raise ConfigError(f"{exc}: is this the right file?") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     return _Parser(path.name).parse(raw or {})

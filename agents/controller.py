@@ -24,6 +24,7 @@ from django.conf import settings
 from agents import tool_results
 from agents.config_types import CostEstimation, MCPServerConfig
 from agents.masking import mask_text
+from agents.masking.bounded import storable
 from agents.prompts import forced_conclusion
 from agents.recorder import Recorder, message_to_json
 from agents.resolver import AgentSettings, ProviderChoice
@@ -425,6 +426,17 @@ def _waiting(run: AgentRun) -> bool:
     return run.sub_agents is not None and run.sub_agents.running > 0
 
 
+def _storable(delta: Any) -> Any:
+    """A model's text as the database can hold it: a NUL or a lone surrogate in what a
+    provider decoded becomes U+FFFD (a reply cannot be refused, and PostgreSQL cannot
+    store NUL in text)."""
+    if isinstance(delta, TextDelta | ThinkingDelta) and delta.content:
+        content = storable(delta.content)
+        if content is not delta.content:
+            return type(delta)(content)
+    return delta
+
+
 async def _bounded(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
     """The provider's deltas, ended by a retryable timeout error when the model is silent
     too long before its first delta or between two, or the whole call runs too long."""
@@ -443,7 +455,7 @@ async def _bounded(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
                 except StopAsyncIteration:
                     return
                 received = True
-                yield delta
+                yield _storable(delta)
     except TimeoutError:
         if received:
             message = f"the model sent nothing for {stall:g} s (or the call exceeded its limit)"

@@ -23,6 +23,7 @@ import httpx
 
 from agents.config_types import TarsyConfig
 from agents.masking import mask_alert, mask_text
+from agents.masking.bounded import load_json, storable
 
 if TYPE_CHECKING:
     from sessions.models import AlertSession
@@ -38,6 +39,7 @@ GITHUB_HOSTS = frozenset(
 GITHUB_API = "https://api.github.com"
 FETCH_TIMEOUT = 10.0  # seconds; a session does not wait longer for its runbook
 LISTING_DEPTH = 3  # folders below repo_url that the listing walks into
+LISTING_CHARS = 4 * 1024 * 1024  # of one folder's listing from GitHub's API
 # https://github.com/<owner>/<repo>/(blob|tree)/<ref>/<path>
 GITHUB_PATH = re.compile(r"^/([^/]+)/([^/]+)/(blob|tree)/([^/]+)(?:/(.*))?$")
 
@@ -171,7 +173,8 @@ def _download(url: str, config: TarsyConfig) -> str:
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         reason = mask_text(str(exc)) or type(exc).__name__
         raise RunbookError(f"{url} could not be fetched: {reason}") from None
-    text = bytes(body[:limit]).decode("utf-8", errors="ignore")
+    # Decoding drops invalid UTF-8; NUL, valid UTF-8 but not storable, becomes U+FFFD.
+    text = storable(bytes(body[:limit]).decode("utf-8", errors="ignore"))
     if len(body) > limit:
         text += f"\n\n[The runbook was cut here, at {limit} bytes.]"
     return mask_alert(text)
@@ -196,10 +199,13 @@ def _list_folder(repo_url: str, config: TarsyConfig, depth: int = 0) -> list[str
             )
         if response.status_code != httpx.codes.OK:
             raise RunbookError(f"GitHub answered HTTP {response.status_code} for {api}")
-        items: Any = response.json()
+        # A folder's listing is a flat list of small objects (GitHub lists 1,000 at most).
+        items: Any = load_json(
+            response.content, what="the folder's listing", max_depth=8, max_chars=LISTING_CHARS
+        )
     except (httpx.HTTPError, ValueError) as exc:
         raise RunbookError(f"{api}: {exc}") from None
-    if not isinstance(items, list):
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
         raise RunbookError(f"{api} is not a folder")
     urls = []
     for item in items:

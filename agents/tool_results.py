@@ -1,6 +1,7 @@
 """A tool's result on its way from the MCP server to the model.
 
-1. Masked: the default masking, then the server's ``data_masking``; fail-closed.
+1. Masked: made storable (NUL and lone surrogates become U+FFFD), then the default
+   masking, then the server's ``data_masking``; fail-closed.
 2. Recorded: the trace (MCP interaction) keeps the whole masked result; the timeline
    item keeps at most ``TARSY_TOOL_RESULT_STORAGE_TOKENS``, with a marker saying so.
 3. Above the server's ``summarization.size_threshold_tokens``, an LLM summarises it
@@ -25,6 +26,7 @@ from django.conf import settings
 
 from agents.config_types import MCPServerConfig, Summarization
 from agents.masking import ExtraMasking, mask_text, mask_tool_result
+from agents.masking.bounded import storable
 from agents.prompts import tool_summary_messages
 from agents.recorder import message_to_json
 from llm.types import ErrorInfo, GenerateRequest, Role, TextDelta, ToolCall, UsageInfo
@@ -64,7 +66,9 @@ class Outcome:
 
 def mask(content: str, server: MCPServerConfig | None) -> str:
     extra = ExtraMasking.from_config(server.data_masking) if server is not None else None
-    return mask_tool_result(content, extra)
+    # A result cannot be refused, but PostgreSQL cannot store NUL (JSON's "\u0000") in
+    # text: it, and any lone surrogate, becomes U+FFFD before anything keeps it.
+    return mask_tool_result(storable(content), extra)
 
 
 def stored(content: str) -> str:
@@ -175,8 +179,9 @@ async def _one_summary(run, choice, messages, metadata) -> tuple[str, ErrorInfo 
         async with asyncio.timeout(limit):
             async for delta in choice.provider.generate(request):
                 if isinstance(delta, TextDelta) and delta.content:
-                    text += delta.content
-                    await run.recorder.chunk(item, delta.content)
+                    chunk = storable(delta.content)  # as the controller's model calls
+                    text += chunk
+                    await run.recorder.chunk(item, chunk)
                 elif isinstance(delta, UsageInfo):
                     usage = delta
                 elif isinstance(delta, ErrorInfo):

@@ -16,6 +16,7 @@ import json
 import re
 from typing import Any
 
+from agents.masking.bounded import load_json
 from llm.scripted import ScriptTurn
 from llm.types import GenerateRequest, Role
 
@@ -49,8 +50,8 @@ def _tool_results(request: GenerateRequest) -> dict[str, str]:
 
 def _failing_pod(pods_text: str) -> str | None:
     try:
-        data: Any = json.loads(pods_text)
-    except ValueError:
+        data: Any = load_json(pods_text)  # a tool's output: maybe anything
+    except ValueError:  # not JSON, or too deep or large (bounded.UnsafeInput)
         data = None
     if isinstance(data, dict):
         data = data.get("pods") or data.get("items")

@@ -20,6 +20,10 @@ QUOTA = "quota_exceeded"
 EMPTY_RESPONSE = "empty_response"
 STREAM_INTERRUPTED = "stream_interrupted"
 UNKNOWN = "unknown"
+# The model finished a turn whose tool-call arguments are not a JSON object (or one too
+# deep or unstorable to keep); running half a turn is worse than asking again, so the
+# agent gets a retryable error.
+INVALID_TOOL_CALL = "invalid_tool_call"
 
 
 @dataclass(frozen=True)

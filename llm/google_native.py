@@ -37,8 +37,9 @@ from typing import Any
 from google import genai
 from google.genai import types
 
+from agents.masking.bounded import json_problem
 from llm.clients import PerLoopCache, creation_error, env_value
-from llm.errors import INVALID_REQUEST
+from llm.errors import INVALID_REQUEST, INVALID_TOOL_CALL
 from llm.retry import DEFAULT_POLICY, RetryPolicy, Sleep, stream_with_retries
 from llm.tool_names import tool_name_from_api, tool_name_to_api
 from llm.types import (
@@ -293,9 +294,17 @@ class GoogleNativeProvider:
             call_id = call.id or f"call_{uuid.uuid4().hex}"
             if part.thought_signature:
                 self.signatures.remember_call(state.execution_id, call_id, part.thought_signature)
-            return [
-                ToolCallDelta(call_id, tool_name_from_api(call.name or ""), dict(call.args or {}))
-            ]
+            arguments = dict(call.args or {})
+            if problem := json_problem(arguments):
+                return [
+                    ErrorInfo(
+                        INVALID_TOOL_CALL,
+                        f"the model sent an unusable tool call {call.name!r}: the arguments "
+                        f"JSON {problem}",
+                        retryable=True,
+                    )
+                ]
+            return [ToolCallDelta(call_id, tool_name_from_api(call.name or ""), arguments)]
         if part.thought_signature:
             state.signature = part.thought_signature
         if part.executable_code is not None:

@@ -33,7 +33,9 @@ from langchain_core.messages.tool import tool_call
 from langchain_core.runnables import Runnable
 from langchain_google_genai.chat_models import ChatGoogleGenerativeAIError
 
+from agents.masking.bounded import UnsafeInput, json_problem, load_json
 from llm.clients import PerLoopCache, creation_error
+from llm.errors import INVALID_TOOL_CALL
 from llm.langchain_models import create_chat_model, model_key
 from llm.retry import DEFAULT_POLICY, RetryPolicy, Sleep, stream_with_retries
 from llm.tool_names import tool_name_from_api, tool_name_to_api
@@ -51,9 +53,7 @@ from llm.types import (
     UsageInfo,
 )
 
-# The model finished a turn whose tool-call arguments are not a JSON object; running
-# half a turn is worse than asking again, so the agent gets a retryable error.
-INVALID_TOOL_CALL = "invalid_tool_call"
+ARGUMENTS_LIMIT = 1024 * 1024  # characters of one tool call's arguments
 
 ChatRunnable = Runnable[Sequence[BaseMessage], BaseMessageChunk]
 
@@ -198,19 +198,24 @@ class ToolCallBuffer:
         complete: list[ToolCallDelta] = []
         for pending in self._calls.values():
             arguments = pending.arguments
+            problem = ""
             if arguments is None:
                 text = "".join(pending.fragments).strip() or "{}"
                 try:
-                    arguments = json.loads(text)
+                    arguments = load_json(text, what="the JSON", max_chars=ARGUMENTS_LIMIT)
+                except UnsafeInput as exc:
+                    arguments, problem = None, str(exc)
                 except ValueError:
                     arguments = None
-            if not pending.name or not isinstance(arguments, dict):
+            if isinstance(arguments, dict) and (found := json_problem(arguments)):
+                problem = f"the JSON {found}"
+            if not pending.name or not isinstance(arguments, dict) or problem:
                 shown = "".join(pending.fragments)[:200]
                 return [
                     ErrorInfo(
                         INVALID_TOOL_CALL,
                         f"the model sent an unusable tool call {pending.name or '(no name)'}"
-                        f" with arguments {shown!r}; expected a JSON object",
+                        f" with arguments {shown!r}; {problem or 'expected a JSON object'}",
                         retryable=True,
                     )
                 ]

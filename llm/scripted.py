@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from agents.masking.bounded import load_yaml
 from llm.types import (
     CodeExecutionDelta,
     Delta,
@@ -94,11 +95,14 @@ class ScriptError(ValueError):
     pass
 
 
+SCRIPT_CHARS = 16 * 1024 * 1024  # a test's script may carry large tool results
+
+
 def load_script(path: str | Path) -> Script:
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        raw = load_yaml(path.read_text(), what=f"script {path}", max_chars=SCRIPT_CHARS)
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # bounded.UnsafeInput: ValueError
         raise ScriptError(f"cannot read script {path}: {exc}") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("turns"), list):
         raise ScriptError(f"{path}: a script is a mapping with a list of 'turns'")

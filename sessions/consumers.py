@@ -21,6 +21,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.http import QueryDict
 
+from agents.masking.bounded import load_json
 from sessions import listing, live, scoring_views, selectors
 from sessions.auth import user_still_allowed
 from sessions.listing import ListState
@@ -86,10 +87,10 @@ class _LiveConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         try:
-            message = json.loads(text_data or "")
+            message = load_json(text_data or "", what="message", max_depth=4, max_chars=4096)
             action = message.get("action")
             cursor = int(message.get("last_event_id") or 0)
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError, OverflowError):  # 1e999 is infinite
             await self.send(text_data=json.dumps({"error": "expected JSON with 'action'"}))
             return
         if action == "ping":

@@ -11,6 +11,7 @@ from django.conf import settings
 from agents import runbooks
 from agents.config import get_config
 from agents.masking import mask_alert
+from agents.masking.bounded import UnsafeInput, load_json
 
 
 class AlertRejected(Exception):
@@ -47,33 +48,24 @@ NATIVE_TOOLS = ("google_search", "code_execution", "url_context")
 def read_json_body(raw: bytes) -> dict[str, Any]:
     """The request body as a JSON object; ``AlertRejected`` names what is wrong with it."""
     try:
-        body = json.loads(raw or b"", parse_constant=_no_constants)
-    except RecursionError:
-        raise AlertRejected(
-            f"request body is nested more than {MAX_JSON_DEPTH} levels deep"
-        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+        # The body's size is bounded by the caller (sessions.rest.common.BODY_LIMIT).
+        body = load_json(
+            raw or b"",
+            what="request body",
+            max_depth=MAX_JSON_DEPTH,
+            parse_constant=_no_constants,
+        )
+    except UnsafeInput as exc:
+        raise AlertRejected(str(exc)) from None
+    except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError
         raise AlertRejected(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise AlertRejected("request body must be a JSON object with a 'data' field")
-    if _deeper_than(body, MAX_JSON_DEPTH):
-        raise AlertRejected(f"request body is nested more than {MAX_JSON_DEPTH} levels deep")
     return body
 
 
 def _no_constants(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
-
-
-def _deeper_than(root: Any, limit: int) -> bool:
-    stack: list[tuple[Any, int]] = [(root, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False
 
 
 def validate_alert(

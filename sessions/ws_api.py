@@ -10,7 +10,6 @@ events that arrive during a replay wait for it; the ones it already sent are ski
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import uuid
 from collections import deque
@@ -23,6 +22,7 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest
 
+from agents.masking.bounded import load_json
 from sessions import protocol, selectors
 from sessions.auth import proxy_identity, user_for_token, user_still_allowed
 from sessions.metrics import WEBSOCKET_CONNECTIONS
@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 INT64 = 2**63
 RECENT_LIVE = 512  # the relay sends an event once per group it concerns
+MESSAGE_LIMIT = 64 * 1024  # characters of a client's message
 
 
 class ApiConsumer(AsyncWebsocketConsumer):
@@ -226,7 +227,8 @@ def _client_message(data: str | bytes | None) -> tuple[str, str, int | None] | N
     """``(action, channel, last_event_id)``, or None for what TARSy's Go decoder rejects
     (not JSON, not an object, a field of the wrong type)."""
     try:
-        message = json.loads(data or "")
+        # The protocol's messages are small and flat; anything else is not one of them.
+        message = load_json(data or "", what="message", max_depth=4, max_chars=MESSAGE_LIMIT)
     except (ValueError, TypeError):
         return None
     if message is None:

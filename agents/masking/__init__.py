@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 
 from agents.masking import detectors, encodings, kubernetes, patterns
+from agents.masking.bounded import storable
 from agents.masking.kubernetes import SECRET_VALUE_MARKER
 from agents.masking.patterns import PATTERN_NAMES
 
@@ -70,9 +71,12 @@ class ExtraMasking:
 
 
 def mask_tool_result(text: str, extra: ExtraMasking | None = None) -> str:
-    """Fail closed: a tool result that could not be checked is withheld, never passed on."""
+    """Fail closed: a tool result that could not be checked is withheld, never passed on.
+
+    Like every entry point here, the text returned can be stored: NUL and lone surrogates
+    (which PostgreSQL and UTF-8 cannot hold) become U+FFFD."""
     try:
-        masked = _mask(text)
+        masked = _mask(storable(text))
         return extra.apply(masked) if extra is not None else masked
     except Exception as exc:
         # Only the type: exception messages (YAML errors, for one) quote the input.
@@ -91,6 +95,7 @@ def mask_alert(text: str) -> str:
 
     Only a bug in the text passes could make this fail; no input can.
     """
+    text = storable(text)
     try:
         return _mask(text)
     except Exception as exc:

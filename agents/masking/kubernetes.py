@@ -2,20 +2,22 @@
 know that ``password`` exists) but every value under ``data``/``stringData`` becomes
 ``[MASKED_SECRET_VALUE]``. ConfigMaps and everything else are left alone.
 
-Nothing here recurses on the input's shape: the document walk is iterative, and a
-document nested deeper than ``MAX_NESTING`` is not re-serialized at all (Python's JSON
-and YAML writers recurse) but handed to the textual masker. That one works line by line
-with linear regexes, so it cannot fail on any input.
+Nothing here recurses on the input's shape. A document reaches a parser only through
+``bounded``, which measures it first: one larger than ``MAX_JSON_CHARS``/``MAX_YAML_CHARS``
+or nested deeper than ``MAX_NESTING`` (aliases expanded) is never parsed nor re-serialized
+(libyaml's composer and the JSON and YAML writers recurse) but handed to the textual
+masker. That one works line by line with linear regexes, so it cannot fail on any input.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from typing import Any
 
 import yaml
+
+from agents.masking import bounded
 
 SECRET_VALUE_MARKER = "[MASKED_SECRET_VALUE]"
 
@@ -24,15 +26,24 @@ SECRET_KIND_RE = re.compile(r"""kind\\?["']?[ \t]*:[ \t]*\\?["']?Secret(?:List)?
 _LOOKS_LIKE_YAML_RE = re.compile(r"""\A\s*(?:---|-[ \t]|[\w"'./-][^\n:]*:(?:\s|\Z))""")
 # Above these sizes the linear text fallback masks instead. YAML objects are built in Python
 # even with libyaml (~20 µs a node): 128 KiB of tiny nodes still parses in under 0.5 s.
-_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_YAML_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 MAX_JSON_CHARS = 8 * 1024 * 1024
-MAX_YAML_CHARS = 128 * 1024 if _YAML_LOADER is not yaml.SafeLoader else 32 * 1024
+MAX_YAML_CHARS = 128 * 1024 if hasattr(yaml, "CSafeLoader") else 32 * 1024
 _YAML_STYLE: dict[str, Any] = {"sort_keys": False, "allow_unicode": True}
 # Kubernetes objects are a dozen levels deep; a document deeper than this is not one we
 # need to understand, and re-serializing it could exhaust the interpreter's stack.
 MAX_NESTING = 64
 _MAX_EMBEDDING = 4  # Secrets inside strings inside documents (last-applied-configuration)
+
+
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """Writes a long string that the input aliased (``&s "…"`` then ``*s`` many times) as
+    an alias again: PyYAML writes every string in full, and 20,000 references to a 10 KB
+    string would turn 100 KB of input into 200 MB of output."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        if isinstance(data, str):
+            return len(data) < 64
+        return super().ignore_aliases(data)
 
 
 def mask_kubernetes_secrets(text: str) -> str:
@@ -49,50 +60,48 @@ def _mask_document(text: str, embedding: int) -> str:
     if not _mask_tree(docs, embedding):
         # "kind: Secret" was seen but no Secret object was found: mask textually anyway.
         return mask_secret_chunks(text)
-    if fmt == "json":  # an embedded JSON string stays on one line, like kubectl's
-        layout: dict[str, Any] = {"separators": (",", ":")} if embedding else {"indent": 2}
-        out = json.dumps(docs[0], ensure_ascii=False, **layout)
-    else:
-        out = yaml.dump_all(docs, Dumper=_YAML_DUMPER, explicit_start=len(docs) > 1, **_YAML_STYLE)
+    try:
+        out = _serialize(fmt, docs, embedding)
+    except ValueError:  # a lone surrogate the YAML writer cannot encode: mask as text
+        return mask_secret_chunks(text)
     return out + "\n" if text.endswith("\n") and not out.endswith("\n") else out
+
+
+def _serialize(fmt: str, docs: list[Any], embedding: int) -> str:
+    if fmt == "yaml":
+        return yaml.dump_all(docs, Dumper=_Dumper, explicit_start=len(docs) > 1, **_YAML_STYLE)
+    # An embedded JSON string stays on one line, like kubectl's.
+    layout: dict[str, Any] = {"separators": (",", ":")} if embedding else {"indent": 2}
+    return bounded.json_text(docs[0], **layout)
 
 
 def _parse(text: str) -> tuple[str, list[Any]] | None:
     try:
-        if text.lstrip()[:1] in ("{", "[") and len(text) <= MAX_JSON_CHARS:
-            fmt, docs = "json", [json.loads(text)]
-        elif len(text) <= MAX_YAML_CHARS and _LOOKS_LIKE_YAML_RE.match(text):
-            fmt, docs = "yaml", list(yaml.load_all(text, Loader=_YAML_LOADER))
-            # A plain-text scalar is not a document; the textual fallback handles it.
-            if not all(doc is None or isinstance(doc, dict | list) for doc in docs):
-                return None
-        else:
+        if text.lstrip()[:1] in ("{", "["):
+            document = bounded.load_json(text, max_chars=MAX_JSON_CHARS, max_depth=MAX_NESTING)
+            return "json", [document]
+        if not _LOOKS_LIKE_YAML_RE.match(text):
             return None
-    except (ValueError, yaml.YAMLError, RecursionError):
-        return None  # truncated, not a document, or absurdly deep: the text fallback masks it
-    return None if _deeper_than(docs, MAX_NESTING) else (fmt, docs)
-
-
-def _deeper_than(root: Any, limit: int) -> bool:
-    stack: list[tuple[Any, int]] = [(root, 0)]
-    seen: set[int] = set()
-    while stack:
-        node, depth = stack.pop()
-        if depth > limit:
-            return True
-        if id(node) in seen:
-            continue
-        seen.add(id(node))  # YAML aliases can make a small document a huge graph
-        children = node.values() if isinstance(node, dict) else node
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False
+        docs = bounded.load_yaml_all(text, max_chars=MAX_YAML_CHARS, max_depth=MAX_NESTING)
+    except (ValueError, yaml.YAMLError):
+        # Truncated, not a document, too large or too deep (bounded.UnsafeInput is a
+        # ValueError): the text fallback masks it.
+        return None
+    # A plain-text scalar is not a document; the textual fallback handles it.
+    if not all(doc is None or isinstance(doc, dict | list) for doc in docs):
+        return None
+    return "yaml", docs
 
 
 def _mask_tree(root: Any, embedding: int) -> bool:
-    """Mask Secret objects anywhere in the tree in place; True if anything changed."""
+    """Mask Secret objects anywhere in the tree in place; True if anything changed.
+
+    Each list, dict and string is looked at once however many aliases refer to it: a
+    string of a Secret aliased 20,000 times is parsed once, not 20,000 times."""
     changed = False
     stack = [root]
     seen: set[int] = set()
+    strings: dict[str, str] = {}  # each string as masked
     while stack:
         node = stack.pop()
         if id(node) in seen:
@@ -102,8 +111,13 @@ def _mask_tree(root: Any, embedding: int) -> bool:
             changed |= _mask_secret_object(node)
         items = node.items() if isinstance(node, dict) else enumerate(node)
         for key, value in list(items):
-            if isinstance(value, str) and SECRET_KIND_RE.search(value):
-                masked = _mask_document(value, embedding + 1)
+            if isinstance(value, str):
+                masked = strings.get(value)
+                if masked is None:
+                    secret = SECRET_KIND_RE.search(value)
+                    masked = strings[value] = (
+                        _mask_document(value, embedding + 1) if secret else value
+                    )
                 if masked != value:
                     node[key], changed = masked, True
             elif isinstance(value, dict | list):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 
+from agents.masking.bounded import unstorable
 from sessions.auth import ApiRejected, api_error
 from sessions.intake import AlertRejected, read_json_body
 
@@ -64,28 +66,35 @@ def json_body(request: HttpRequest, *, example: str) -> dict[str, Any] | None:
     except AlertRejected as rejected:
         message = str(rejected).replace("with a 'data' field", example)
         raise ApiRejected(message) from None
-    if where := _nul_in(parsed):
-        raise ApiRejected(f"validation error on field '{where}': contains a NUL character")
+    if found := _unstorable_in(parsed):
+        where, problem = found
+        field = re.split(r"[.\[]", where, maxsplit=1)[0][:60]
+        path = f" ({where[:120]})" if where != field else ""
+        raise ApiRejected(
+            f"validation error on field '{field}'{path}: contains {problem}; "
+            "send valid Unicode text without NUL characters"
+        )
     return parsed
 
 
-def _nul_in(value: Any, where: str = "") -> str:
-    """Where a NUL character is in a JSON value ("" if nowhere): PostgreSQL cannot store
-    one in text."""
+def _unstorable_in(value: Any, where: str = "") -> tuple[str, str] | None:
+    """Where a JSON value holds a NUL character (PostgreSQL cannot store one in text) or a
+    lone surrogate (``"\\ud800"``: no UTF-8 for it), and which; None if nowhere. The body
+    is at most ``read_json_body``'s depth deep."""
     if isinstance(value, str):
-        return where or "body" if "\x00" in value else ""
+        return (where or "body", problem) if (problem := unstorable(value)) else None
     if isinstance(value, dict):
         for key, item in value.items():
             path = f"{where}.{key}" if where else str(key)
-            if "\x00" in key:
-                return path
-            if found := _nul_in(item, path):
+            if problem := unstorable(key):
+                return ascii(path)[1:-1], f"{problem} in a key"
+            if found := _unstorable_in(item, path):
                 return found
     if isinstance(value, list):
         for index, item in enumerate(value):
-            if found := _nul_in(item, f"{where}[{index}]"):
+            if found := _unstorable_in(item, f"{where}[{index}]"):
                 return found
-    return ""
+    return None
 
 
 def check_query(request: HttpRequest) -> None:

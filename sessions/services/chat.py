@@ -22,7 +22,8 @@ from django.utils import timezone
 from django_q.tasks import async_task
 
 from agents.config import get_config
-from agents.masking import mask_alert
+from agents.masking import mask_alert, mask_text
+from agents.masking.bounded import unstorable
 from sessions.models import (
     OPEN_CHAT_MESSAGE_STATUSES,
     AlertSession,
@@ -97,6 +98,8 @@ def chat_message_send(*, session: AlertSession, content: Any, author: str) -> Ch
         raise ChatRejected("content is required")
     if len(content) > CHAT_CONTENT_LIMIT:
         raise ChatRejected("content exceeds maximum length of 100,000 characters")
+    if problem := unstorable(content):
+        raise ChatRejected(f"content contains {problem}: send valid Unicode text without NUL")
     try:
         with transaction.atomic():
             return _store_question(session, mask_alert(content), author)

@@ -4,6 +4,7 @@ import hashlib
 import json
 from typing import Any
 
+import yaml
 from django import template
 from django.core.cache import caches
 from django.utils import timezone
@@ -16,7 +17,13 @@ fragments = caches["fragments"]
 
 @register.filter
 def pretty_json(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    """Tool-call arguments as a model sent them: the providers bound their depth, but an
+    old row or a new backend may not have, and a page must render anyway."""
+    from agents.masking.bounded import MAX_DEPTH, deeper_than, json_text
+
+    if deeper_than(value, MAX_DEPTH):
+        return f"(nested more than {MAX_DEPTH} levels deep: not shown)"
+    return json_text(value, indent=2, sort_keys=True, default=str)
 
 
 @register.filter
@@ -97,32 +104,32 @@ def markdown(text: str) -> str:
     return render(text)
 
 
-# Larger alert data is shown as sent: parsing YAML in pure Python is slow.
+# Larger alert data is shown as sent: building YAML objects is slow even with libyaml.
 YAML_PARSE_LIMIT = 64 * 1024
+# Deeper alert data is shown as sent: indenting it would only push it off the page.
+FORMAT_MAX_DEPTH = 100
 
 
 @register.filter
 def alert_format(data: str) -> dict[str, str]:
     """Alert data for display: ``{"format": "json"|"yaml"|"text", "text": …}``; JSON is
-    re-indented, YAML and text are shown as sent."""
+    re-indented, YAML and text are shown as sent. Whatever cannot be parsed within the
+    limits is shown as text."""
+    from agents.masking.bounded import json_text, load_json, load_yaml
+
     stripped = (data or "").strip()
     if stripped[:1] in ("{", "["):
         try:
-            return {
-                "format": "json",
-                "text": json.dumps(json.loads(stripped), indent=2, ensure_ascii=False),
-            }
-        except (ValueError, RecursionError):
+            parsed = load_json(stripped, max_depth=FORMAT_MAX_DEPTH)
+            return {"format": "json", "text": json_text(parsed, indent=2)}
+        except ValueError:  # not JSON, or too deep (bounded.UnsafeInput)
             pass
-    if len(stripped) <= YAML_PARSE_LIMIT:
-        import yaml
-
-        try:
-            parsed = yaml.safe_load(stripped)
-        except (yaml.YAMLError, RecursionError, ValueError):
-            parsed = None
-        if isinstance(parsed, dict | list):
-            return {"format": "yaml", "text": data}
+    try:
+        parsed = load_yaml(stripped, max_chars=YAML_PARSE_LIMIT, max_depth=FORMAT_MAX_DEPTH)
+    except (ValueError, yaml.YAMLError):
+        parsed = None
+    if isinstance(parsed, dict | list):
+        return {"format": "yaml", "text": data}
     return {"format": "text", "text": data}
 
 

@@ -157,6 +157,8 @@ async def test_an_action_without_a_channel_gets_an_error(token, action):
         '{"action": "catchup", "channel": "sessions", "last_event_id": 1.5}',
         '{"action": "subscribe", "channel": ["sessions"]}',
         "null",
+        "[" * 1_000_000,  # deeper than any parser should go
+        '{"action": "subscribe", "channel": "sessions", "x": ' + "[" * 10 + "]" * 10 + "}",
     ],
 )
 async def test_bad_json_and_unknown_actions_are_ignored(token, junk):

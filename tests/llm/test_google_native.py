@@ -292,6 +292,39 @@ async def test_thinking_text_and_parallel_tool_calls(
     ]
 
 
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ({"selector": _nested(80)}, "is nested more than 64 levels deep"),
+        ({"pod": "a\x00b"}, "contains a NUL character"),
+    ],
+)
+async def test_tool_call_arguments_too_deep_or_unstorable_are_a_retryable_error(
+    fake_gemini: FakeGemini, provider: GoogleNativeProvider, arguments: dict, reason: str
+) -> None:
+    fake_gemini.enqueue(
+        g.stream(
+            g.response(
+                g.function_call("kubernetes__get_pods", arguments, call_id="c-1"),
+                finish_reason="STOP",
+            ),
+        )
+    )
+    deltas = await collect(provider, request(fake_gemini))
+
+    [error] = [delta for delta in deltas if isinstance(delta, ErrorInfo)]
+    assert (error.code, error.retryable) == ("invalid_tool_call", True)
+    assert reason in error.message
+    assert not any(isinstance(delta, ToolCallDelta) for delta in deltas)
+
+
 async def test_code_execution_parts(
     fake_gemini: FakeGemini, provider: GoogleNativeProvider
 ) -> None:

@@ -335,6 +335,27 @@ async def test_openai_malformed_tool_arguments_are_reported_not_executed(
     assert "kubernetes__get_pods" in error.message
 
 
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ('{"a": ' + "[" * 5_000 + "]" * 5_000 + "}", "nested more than 64 levels deep"),
+        ('{"command": "ls\\u0000"}', "contains a NUL character"),
+    ],
+)
+async def test_openai_tool_arguments_too_deep_or_unstorable_are_reported_not_executed(
+    provider: LangChainProvider, openai_server: FakeOpenAIChat, arguments: str, reason: str
+) -> None:
+    turn = ChatCompletionStream().tool_call(0, "call_x", "kubernetes__get_pods", arguments)
+    openai_server.enqueue(turn.finish("tool_calls").usage(5, 2).reply())
+
+    deltas = await collect(provider, request_for(openai_config(openai_server)))
+
+    assert not any(isinstance(delta, ToolCallDelta) for delta in deltas)
+    [error] = [delta for delta in deltas if isinstance(delta, ErrorInfo)]
+    assert (error.code, error.retryable) == ("invalid_tool_call", True)
+    assert reason in error.message
+
+
 async def test_vllm_server_without_key_streams_reasoning_content_as_thinking(
     provider: LangChainProvider, openai_server: FakeOpenAIChat
 ) -> None:

@@ -184,6 +184,17 @@ async def test_a_filtered_session_list_gets_only_the_rows_it_shows(user):
         await communicator.disconnect()
 
 
+@pytest.mark.parametrize(
+    "junk",
+    ["[" * 1_000_000, '{"action": "subscribe", "last_event_id": 1e999}', "x" * 10_000],
+)
+async def test_a_frame_that_is_not_a_small_json_message_gets_an_error(user, junk):
+    communicator = await connect(user, f"/ws/sessions/{(await sync_to_async(make_session)()).id}/")
+    await communicator.send_to(text_data=junk)
+    assert await communicator.receive_json_from() == {"error": "expected JSON with 'action'"}
+    await communicator.disconnect()
+
+
 async def test_anonymous_users_are_refused():
     session = await sync_to_async(make_session)()
     communicator = WebsocketCommunicator(

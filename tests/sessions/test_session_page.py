@@ -54,8 +54,8 @@ def test_markdown_keeps_structure_and_drops_everything_active():
         ("alert: X\nnamespace: payments", "yaml"),
         ("just a line of text", "text"),
         ("{not json", "text"),
-        ("[" * 500 + "]" * 500, "json"),
-        ("[" * 5000 + "]" * 5000, "text"),  # deeper than the JSON parser goes
+        ("[" * 100 + "]" * 100, "json"),
+        ("[" * 500 + "]" * 500, "text"),  # deeper than a page shows indented
         ("[" * 100000, "text"),
     ],
 )
