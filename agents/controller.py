@@ -144,8 +144,11 @@ class _ModelCalls:
         failed, run.choice = run.choice, run.fallbacks.pop(0)
         await run.recorder.add_item(
             TimelineEventType.PROVIDER_FALLBACK,
-            f"LLM provider {failed.describe()} failed: {error.message} [{error.code}]. "
-            f"Continuing on {run.choice.describe()}.",
+            # Masked as in _describe: the provider's message may quote what it was sent.
+            mask_text(
+                f"LLM provider {failed.describe()} failed: {error.message} [{error.code}]. "
+                f"Continuing on {run.choice.describe()}."
+            ),
             metadata={
                 "from_provider": failed.config.name,
                 "from_backend": failed.backend,

@@ -168,15 +168,17 @@ def record_health(server_id: str, *, tools: dict[str, Tool] | None = None, error
     """Write one server's health (from a worker's hub, or the qcluster's warm-up)."""
     from django.db import DatabaseError, connection
 
-    from agents.masking import mask_tool_result
+    from agents.masking import mask_text, mask_tool_result
     from sessions import services
 
     try:
         services.mcp_server_health_record(
             server_id=server_id,
             healthy=tools is not None,
+            # The server's own words, shown on the system page and by the API. Names
+            # stay as they are: alerts and agents call the tools by them.
             tools=[
-                {"name": tool.name, "description": tool.description or ""}
+                {"name": tool.name, "description": mask_text(tool.description or "")}
                 for tool in (tools or {}).values()
             ],
             # A server's stderr may quote its credentials: mask it like a tool result.

@@ -6,6 +6,7 @@ variable that holds the key, read by the backend at call time.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from pathlib import Path
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from agents.masking import mask_text
 from llm.types import NATIVE_TOOLS, ProviderConfig
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -40,6 +42,16 @@ BACKENDS_FOR_TYPE: dict[str, tuple[str, ...]] = {
     ProviderType.VERTEXAI: ("langchain",),
 }
 NATIVE_TOOL_TYPES = (ProviderType.GOOGLE, ProviderType.VERTEXAI)
+# Every field an operator types free text into (the rest are choices and flags).
+SECRET_CHECKED_FIELDS = (
+    "name",
+    "model",
+    "api_key_env",
+    "base_url",
+    "project_env",
+    "location_env",
+    "options",
+)
 # Shown in the "needs an API key variable" message.
 _KEY_EXAMPLE: dict[str, str] = {
     ProviderType.GOOGLE: "GEMINI_API_KEY",
@@ -142,6 +154,7 @@ class LLMProvider(models.Model):
         self._clean_native_tools(reject)
         self._clean_options(reject)
         self._clean_default(reject)
+        self._clean_secrets(reject)
         if errors:
             raise ValidationError(errors)
 
@@ -187,6 +200,23 @@ class LLMProvider(models.Model):
                 f'options.script: no file at {script!r} on this server; use "{DEMO_SCRIPT}" '
                 "for the built-in demo or an absolute path the worker can read.",
             )
+
+    def _clean_secrets(self, reject: Callable[[str, str], None]) -> None:
+        """Refuse what the masking would hide: the admin shows these fields and the
+        database keeps them, so a key pasted into one (or a base URL carrying a password
+        or a key) would be on every page that shows the provider. Masking it instead
+        would store a URL or name that no longer works."""
+        for field in SECRET_CHECKED_FIELDS:
+            value = getattr(self, field)
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            if text and mask_text(text) != text:
+                reject(
+                    field,
+                    "This looks like it holds a secret (a key, a token, or a password in "
+                    "the URL); TARSy keeps no secrets in its database. Put the secret in an "
+                    "environment variable and enter that variable's name in “API key "
+                    "variable”.",
+                )
 
     def _clean_default(self, reject: Callable[[str, str], None]) -> None:
         """At most one default, said plainly: the database constraint alone gives a

@@ -24,6 +24,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 
+from agents.masking import mask_alert
 from sessions.models import ApiToken
 
 logger = logging.getLogger(__name__)
@@ -119,7 +120,9 @@ def proxy_identity(request: HttpRequest) -> str:
         return ""
     for header in IDENTITY_HEADERS:
         if value := request.headers.get(header, "").strip():
-            return value[:AUTHOR_LIMIT]
+            # Stored as the author of whatever the request does, and shown. Masked before
+            # it is cut, so that a cut cannot leave a secret too short to be recognised.
+            return mask_alert(value)[:AUTHOR_LIMIT]
     return ""
 
 

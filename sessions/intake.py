@@ -155,7 +155,11 @@ def _fingerprint(value: Any) -> str:
             f"'slack_message_fingerprint' is {len(value.strip())} characters; the limit is "
             f"{FINGERPRINT_LIMIT}"
         )
-    return value.strip()
+    # Some text of the Slack message, so maybe a secret pasted in it; the thread look-up
+    # masks the channel's messages the same way before comparing (sessions/slack.py). A
+    # marker longer than the secret it replaces may push it over the column's length: a
+    # shorter fingerprint still finds the message.
+    return mask_alert(value.strip())[:FINGERPRINT_LIMIT]
 
 
 def validate_mcp_selection(value: Any) -> dict[str, Any] | None:
@@ -212,7 +216,8 @@ def validate_mcp_selection(value: Any) -> dict[str, Any] | None:
                         f"tool {_shorten(tool)} not found on MCP server {name!r}; "
                         f"its tools: {', '.join(sorted(known)) or 'none'}"
                     )
-            chosen["tools"] = list(dict.fromkeys(tools))
+            # A server never listed takes any name, and the session shows and stores it.
+            chosen["tools"] = list(dict.fromkeys(mask_alert(tool) for tool in tools))
         selection.append(chosen)
     result: dict[str, Any] = {"servers": selection}
     native = value.get("native_tools")

@@ -20,7 +20,7 @@ from slack_sdk import WebClient
 
 from agents.config import get_config
 from agents.config_types import SlackConfig
-from agents.masking import mask_text
+from agents.masking import mask_alert, mask_text
 from sessions import services
 from sessions.models import AlertSession, SessionStatus, SlackMessage
 
@@ -91,13 +91,17 @@ def find_thread(client: WebClient, channel: str, fingerprint: str, *, now: float
     """The ``ts`` of the newest message of the last 24 hours containing the fingerprint
     (case and spacing ignored), or "" when there is none."""
     wanted = _normalize(fingerprint)
+    # A fingerprint holding a secret was masked when the alert came in (sessions/intake.py):
+    # it is looked for in the messages as masked the same way.
+    masked = "[masked_" in wanted
     cursor = None
     for _ in range(HISTORY_PAGES):
         page = client.conversations_history(
             channel=channel, oldest=str(int(now - HISTORY_WINDOW)), limit=200, cursor=cursor
         )
         for message in page.get("messages", []):
-            if wanted in _normalize(_message_text(message)):
+            text = _message_text(message)
+            if wanted in _normalize(mask_alert(text) if masked else text):
                 return str(message.get("ts", ""))
         cursor = (page.get("response_metadata") or {}).get("next_cursor")
         if not page.get("has_more") or not cursor:
@@ -120,7 +124,10 @@ def end_blocks(session: AlertSession, link: str) -> list[dict[str, Any]]:
     else:
         body = session.error_message or session.cancel_reason
     if body:
-        blocks.append(_section(truncate(escape(body))))
+        # Errors and reasons were masked as they came in. The model's text is kept as it
+        # wrote it, from masked input, but it may have decoded what the masking did not
+        # recognise (a base64 value of a ConfigMap): masked again before it leaves.
+        blocks.append(_section(truncate(escape(mask_text(body)))))
     if link:
         blocks.append(_section(f"<{link}|Open the session in TARSy>"))
     return blocks

@@ -196,6 +196,7 @@ def chat_message_end(
     explain why in its stage when asked, end the stage and the message, and give the
     lease up, in one transaction. The same signature as ``session_end``, so that the
     executor's lease keeper can end either."""
+    error_message = mask_text(error_message)  # as session_end: it may quote a server
     ending = ExecutionStatus(status)
     reason = close_reason or error_message
     with transaction.atomic():

@@ -11,9 +11,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agents.masking import mask_alert, mask_text
 from sessions import search
 from sessions.models import (
     RUNNING_SESSION_STATUSES,
@@ -135,6 +137,9 @@ def session_end(
     """End a session: close whatever it left open (saying ``close_reason``, else the error),
     explain why (an ``error`` item) when asked, set the terminal status and give the lease
     up, in one transaction."""
+    # An error may quote a server, a provider or an exception's text about either.
+    error_message = mask_text(error_message)
+    executive_summary_error = mask_text(executive_summary_error)
     with transaction.atomic():
         # Serialized with claims, so a claim deferred for want of room cannot miss the
         # slot this frees (sessions_dispatch_waiting below).
@@ -180,6 +185,7 @@ def session_cancel(*, session_id: Any, by: str, reason: str = "") -> SessionStat
     becomes ``cancelling`` and its worker, wherever it runs, ends it ``cancelled`` within
     ``TARSY_LEASE_CHECK_INTERVAL``. Who and why are recorded now, not by the worker. On
     an ended session, the chat answer being written, if any, is stopped instead."""
+    reason = mask_alert(reason)  # people paste what they saw; it is shown and sent to Slack
     with transaction.atomic():
         serialize_transaction("tarsy-session-claim")
         now = timezone.now()
@@ -212,6 +218,7 @@ def execution_cancel(
 ) -> AgentExecution:
     """Ask the worker to stop one agent (a parallel agent or a sub-agent, of the session
     or of a chat answer); the rest goes on, and the stage's success policy decides."""
+    reason = mask_alert(reason)
     updated = AgentExecution.objects.filter(
         Q(session__status=SessionStatus.IN_PROGRESS)
         | Q(stage__chat_message__status=ChatMessageStatus.RUNNING),

@@ -10,6 +10,7 @@ from django.db.models import F, Max, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from agents.masking import mask_text
 from sessions import search
 from sessions.models import (
     AgentExecution,
@@ -74,7 +75,7 @@ def stage_finish(
 def stage_close(stage: Stage, status: ExecutionStatus, error_message: str) -> None:
     """``stage_finish`` for a caller already holding the lease in its transaction."""
     stage.status = status
-    stage.error_message = error_message
+    stage.error_message = mask_text(error_message)  # it may quote its agents' servers
     stage.completed_at = timezone.now()
     stage.save(update_fields=["status", "error_message", "completed_at"])
     _publish_stage_status(stage)
@@ -206,6 +207,8 @@ def execution_close(
 ) -> None:
     """``execution_finish`` for a caller already holding the lease in its transaction.
     Items it left streaming keep their text and end with it."""
+    # An agent's error may quote a server, a provider or an exception's text about either.
+    error_message = mask_text(error_message)
     close_open_items(
         session_id=execution.session_id,
         execution_id=execution.id,
@@ -429,6 +432,9 @@ def message_create(
 def llm_interaction_create(
     *, lease: Lease, execution: AgentExecution, **fields: Any
 ) -> LLMInteraction:
+    if fields.get("error_message"):
+        # The provider's own words, which may quote what it was sent (a key, a header).
+        fields["error_message"] = mask_text(fields["error_message"])
     with transaction.atomic():
         hold(lease)
         interaction = LLMInteraction.objects.create(

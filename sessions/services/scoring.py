@@ -32,6 +32,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
+from agents.masking import mask_text
 from sessions.models import (
     TERMINAL_SESSION_STATUSES,
     AgentExecution,
@@ -260,6 +261,9 @@ def _close_work(execution: AgentExecution | None, status: ExecutionStatus, reaso
 
 
 def _end(lease: ScoreLease, status: ScoreStatus, **fields: Any) -> None:
+    if fields.get("error_message"):
+        # As session_end: a scoring's error may quote the provider or an exception.
+        fields["error_message"] = mask_text(fields["error_message"])
     SessionScore.objects.filter(id=lease.score_id, lease_token=lease.token).update(
         status=status, completed_at=timezone.now(), lease_token=None, **fields
     )

@@ -13,6 +13,7 @@ from django_q.models import OrmQ
 from sessions import services, slack
 from sessions.models import AlertSession, SessionStatus, SlackMessage
 from sessions.tasks import run_session, slack_notify
+from tests.secrets_corpus import CANARY
 from tests.sessions.slack_server import LocalSlack
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,6 +22,7 @@ TOKEN = "xoxb-1234567890-Zq7xSlackTestToken"
 CHANNEL = "C0ALERTS"
 DASHBOARD = "https://tarsy.example.com"
 THREAD = "1699990000.000200"
+PASSWORD = "password=Zq7xSlackCanary01"
 ALERT_MESSAGE = {
     "ts": THREAD,
     "text": "[FIRING:1] PodCrashLooping payments-api\nFingerprint:  7f3a9c0d1e",
@@ -142,6 +144,44 @@ def test_a_session_from_a_slack_alert_replies_in_its_thread_when_it_starts_and_e
     assert messages["end"].ts.startswith("1700000")
     page = browser_client.get(f"/sessions/{session.id}/").content.decode()
     assert "end message\n    posted in the alert's thread" in page
+
+
+def test_a_fingerprint_quoting_a_secret_is_kept_masked_and_still_finds_its_thread(
+    client, api_token, stand_in, configure
+):
+    configure()
+    stand_in.history = [
+        {"ts": "1699999999.000100", "text": "DB login failed for another app"},
+        {"ts": THREAD, "text": f"[FIRING:1] DB login failed\n{PASSWORD}\nsee the runbook"},
+    ]
+    session = investigate(client, api_token, slack_message_fingerprint=f"login failed {PASSWORD}")
+    assert session.slack_message_fingerprint.startswith("login failed password=[MASKED_")
+    assert run_slack_tasks() == ["sent", "sent"]
+    for post in stand_in.posts():
+        assert post.params["thread_ts"] == THREAD
+        assert CANARY not in json.dumps(post.params)
+
+
+def test_what_is_posted_is_masked_even_the_models_words(client, api_token, stand_in, configure):
+    # The model reads only masked text, and its words are stored as it wrote them; but it
+    # may decode what the masking did not recognise, so Slack gets them masked again.
+    configure(summary=f"The app used the leaked {PASSWORD}\nRotate it.")
+    session = investigate(client, api_token)
+    assert PASSWORD in session.executive_summary
+    cancelled = submit(client, api_token)
+    response = client.post(
+        f"/api/v1/sessions/{cancelled.id}/cancel",
+        data=json.dumps({"reason": f"duplicate of the one with {PASSWORD}"}),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {api_token}",
+    )
+    assert response.status_code == 200
+    assert run_slack_tasks() == ["sent", "sent"]
+    summary, reason = (texts(post) for post in stand_in.posts())
+    assert "The app used the leaked password=[MASKED_" in summary
+    assert "Rotate it." in summary
+    assert "duplicate of the one with password=[MASKED_" in reason
+    assert CANARY not in json.dumps([post.params for post in stand_in.posts()])
 
 
 def test_without_a_fingerprint_only_the_end_is_posted_to_the_channel(
