@@ -38,6 +38,7 @@ from sessions.models import (
     ExecutionStatus,
     StageType,
 )
+from sessions.supervision import Interruption
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ def chat_messages(*, system: str, context: str, question: str) -> list[Conversat
 
 
 async def execute_chat(
-    lease: services.ChatLease, *, should_stop: Callable[[], str | None] | None = None
+    lease: services.ChatLease, *, should_stop: Callable[[], Interruption | None] | None = None
 ) -> str:
     """Answer one claimed question; returns the status the answer ended with. Held like a
     session: cancelled within ``TARSY_LEASE_CHECK_INTERVAL``, timed out after
@@ -166,6 +167,7 @@ async def execute_chat(
         name=f"chat-{lease.message_id}",
         should_stop=should_stop,
         end=services.chat_message_end,
+        requeue=services.chat_message_requeue,
     )
 
 

@@ -3,8 +3,10 @@
 The session's task runs beside a keeper that holds its lease: it renews it, stops the
 run when the lease is lost (reaped, timed out elsewhere — nothing more is written),
 ends it ``cancelled`` when someone cancels the session, stops a single agent someone
-cancelled, and ends it ``failed`` when ``should_stop`` says so (the worker's cluster died).
-A chat answer runs under the same keeper (``run_leased``; agents/chat.py).
+cancelled, and when ``should_stop`` says so (the worker's cluster died, or was stopped
+and its grace is over) ends it ``failed``, or puts it back in the queue (``requeue``).
+A chat answer and a scoring run under the same keeper (``run_leased``; agents/chat.py,
+agents/scoring.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from agents.stages import (
 )
 from sessions import services
 from sessions.models import AlertSession, SessionStatus
+from sessions.supervision import Interruption
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +44,8 @@ LEASE_LOST = "lease_lost"
 
 class Stop:
     """Why the session's task was cancelled from outside: its lease was lost (write
-    nothing more), or the keeper has ended it already (``status``)."""
+    nothing more), or the keeper has ended it, or put it back in the queue, already
+    (``status``)."""
 
     def __init__(self) -> None:
         self.lease_lost = False
@@ -49,15 +53,17 @@ class Stop:
 
 
 async def execute_session(
-    lease: services.Lease, *, should_stop: Callable[[], str | None] | None = None
+    lease: services.Lease, *, should_stop: Callable[[], Interruption | None] | None = None
 ) -> str:
-    """Run one claimed session to its end; returns the status it ended with."""
+    """Run one claimed session to its end; returns the status it ended with (``pending``
+    when it was put back in the queue)."""
     return await run_leased(
         lease,
         _run_session,
         name=f"session-{lease.session_id}",
         should_stop=should_stop,
         end=services.session_end,
+        requeue=services.session_requeue,
     )
 
 
@@ -66,15 +72,17 @@ async def run_leased(
     work: Callable[[services.Lease, Stop, RunControl], Awaitable[str]],
     *,
     name: str,
-    should_stop: Callable[[], str | None] | None,
+    should_stop: Callable[[], Interruption | None] | None,
     end: Callable[..., None],
+    requeue: Callable[..., bool],
 ) -> str:
-    """Run ``work`` beside a keeper of ``lease`` (a session's, or a chat answer's, which
-    ``end`` ends); returns the status it ended with."""
+    """Run ``work`` beside a keeper of ``lease`` (a session's, a chat answer's or a
+    scoring's, which ``end`` ends and ``requeue`` puts back in the queue); returns the
+    status it ended with."""
     stop, control = Stop(), RunControl()
     run = asyncio.create_task(work(lease, stop, control), name=name)
     keeper = asyncio.create_task(
-        _keep_lease(lease, run, stop, control, should_stop, end), name="lease-keeper"
+        _keep_lease(lease, run, stop, control, should_stop, end, requeue), name="lease-keeper"
     )
     try:
         return await run
@@ -94,15 +102,22 @@ async def _keep_lease(
     run: asyncio.Task[str],
     stop: Stop,
     control: RunControl,
-    should_stop: Callable[[], str | None] | None,
+    should_stop: Callable[[], Interruption | None] | None,
     end: Callable[..., None],
+    requeue: Callable[..., bool],
 ) -> None:
     last_beat = time.monotonic()
     while True:
         await asyncio.sleep(settings.TARSY_LEASE_CHECK_INTERVAL)
-        if should_stop is not None and (reason := should_stop()):
-            await _stop_now(lease, run, stop, end, SessionStatus.FAILED, error_message=reason)
-            return
+        if should_stop is not None and (interruption := should_stop()):
+            if not interruption.requeue:
+                await _stop_now(
+                    lease, run, stop, end, SessionStatus.FAILED, error_message=interruption.reason
+                )
+                return
+            if await _requeue_now(lease, run, stop, requeue, interruption.reason):
+                return
+            # Being cancelled: the checks below end it as asked.
         try:
             if time.monotonic() - last_beat >= settings.TARSY_HEARTBEAT_INTERVAL:
                 await db(services.session_heartbeat)(lease=lease)
@@ -159,6 +174,26 @@ async def _stop_now(
     else:
         stop.status = status
     run.cancel()
+
+
+async def _requeue_now(
+    lease: services.Lease,
+    run: asyncio.Task[str],
+    stop: Stop,
+    requeue: Callable[..., bool],
+    reason: str,
+) -> bool:
+    """Put the work back in the queue first, then stop its task, as ``_stop_now`` ends it;
+    False when it is being cancelled instead (nothing done)."""
+    try:
+        if not await db(requeue)(lease=lease, reason=reason):
+            return False
+    except services.LeaseLost:
+        stop.lease_lost = True
+    else:
+        stop.status = SessionStatus.PENDING
+    run.cancel()
+    return True
 
 
 async def _run_session(lease: services.Lease, stop: Stop, control: RunControl) -> str:
@@ -231,6 +266,8 @@ async def _run_chain(
         config=config,
         chain=chain,
         control=control,
+        # After the stages of a run interrupted by its worker's shutdown, if any.
+        next_stage_index=session.first_stage_index,
         runbook=await session_runbook(session, lease, config),
     )
     previous, analysis = "", ""

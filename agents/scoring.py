@@ -49,6 +49,8 @@ from sessions.models import (
 from sessions.services import scoring as score_services
 from sessions.services.leases import LeaseLost, ScoreLease
 from sessions.services.scoring import ScoreResult
+from sessions.services.shutdown import score_requeue
+from sessions.supervision import Interruption
 
 logger = logging.getLogger(__name__)
 
@@ -293,7 +295,7 @@ def scoring_settings(session: AlertSession) -> AgentSettings:
 
 
 async def execute_scoring(
-    lease: ScoreLease, *, should_stop: Callable[[], str | None] | None = None
+    lease: ScoreLease, *, should_stop: Callable[[], Interruption | None] | None = None
 ) -> str:
     """Score one claimed session; returns the score's status. Held like a session's run
     (``run_leased``): its lease renewed while the model thinks, the run stopped (writing
@@ -305,6 +307,7 @@ async def execute_scoring(
             name=f"score-{lease.score_id}",
             should_stop=should_stop,
             end=score_services.score_end,
+            requeue=score_requeue,
         )
     except LeaseLost:
         logger.warning("score %s: lease lost; this worker stops here", lease.score_id)

@@ -89,6 +89,11 @@ class AlertSession(models.Model):
     # When a task to run this pending session was last queued; null while it waits for
     # room under TARSY_MAX_CONCURRENT_SESSIONS with no task queued.
     enqueued_at = models.DateTimeField(null=True, blank=True)
+    # The index of the first stage of the session's current run: 0, unless a run was
+    # interrupted by its worker's shutdown and the session queued again
+    # (TARSY_SHUTDOWN_REQUEUE). The new run's stages come after the interrupted run's,
+    # which stay on the page; stage counters count from here.
+    first_stage_index = models.PositiveIntegerField(default=0)
     # Running totals of the session's LLM calls, kept with each call (records.py) so the
     # list can show and sort by them without adding up every interaction.
     total_tokens = models.PositiveBigIntegerField(default=0)

@@ -97,9 +97,16 @@ def session_panels() -> Panels:
     active = list(
         AlertSession.objects.filter(status__in=RUNNING_SESSION_STATUSES)
         .order_by("started_at", "created_at")
-        .only("id", "alert_type", "chain_id", "author", "status", "created_at", "started_at")[
-            :PANEL_LIMIT
-        ]
+        .only(
+            "id",
+            "alert_type",
+            "chain_id",
+            "author",
+            "status",
+            "created_at",
+            "started_at",
+            "first_stage_index",
+        )[:PANEL_LIMIT]
     )
     queued = list(
         AlertSession.objects.filter(status=SessionStatus.PENDING)
@@ -111,6 +118,11 @@ def session_panels() -> Panels:
         current.setdefault(stage.session_id, stage)
     for session in active:
         session.current_stage = current.get(session.id)
+        if session.current_stage is not None:
+            # Counted in the current run (one interrupted by a shutdown may have come before).
+            session.current_stage_number = (
+                session.current_stage.index - session.first_stage_index + 1
+            )
     for position, session in enumerate(queued, start=1):
         session.queue_position = position
     return Panels(
@@ -128,12 +140,15 @@ def session_panels() -> Panels:
 def stage_progress(session: AlertSession) -> str:
     """``stage 2 of 3`` once a chain has started: its investigation and action stages so
     far (synthesis, the executive summary, chat answers and scoring are steps, not stages
-    of the chain)."""
+    of the chain), of its current run (a run interrupted by its worker's shutdown may
+    have come before)."""
     from agents.config import get_config
 
-    started = session.stages.exclude(
-        stage_type__in=("exec_summary", "synthesis", "chat", "scoring")
-    ).count()
+    started = (
+        session.stages.filter(index__gte=session.first_stage_index)
+        .exclude(stage_type__in=("exec_summary", "synthesis", "chat", "scoring"))
+        .count()
+    )
     chain = get_config().chains.get(session.chain_id)
     if not started or chain is None:
         return ""

@@ -6,6 +6,8 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Callable
+from datetime import datetime
 
 from django.db import close_old_connections
 
@@ -18,9 +20,12 @@ def run_session(session_id: str) -> str:
     """Run one session. Idempotent: a re-delivered or duplicate task finds the session
     claimed (or finished) and does nothing."""
     with supervision.running(session_id):
-        if supervision.cluster_lost():
-            return "skipped: this worker's cluster is gone"
-        close_old_connections()
+        if skipped := _not_now(
+            lambda before: services.session_requeue_unstarted(
+                session_id=session_id, queued_before=before
+            )
+        ):
+            return skipped
         claim = services.session_claim(
             session_id=session_id, worker_id=f"{socket.gethostname()}:{os.getpid()}"
         )
@@ -30,7 +35,9 @@ def run_session(session_id: str) -> str:
         from agents.executor import execute_session
 
         try:
-            return asyncio.run(execute_session(claim.lease, should_stop=supervision.stop_reason))
+            return asyncio.run(
+                execute_session(claim.lease, should_stop=lambda: supervision.stop_reason("session"))
+            )
         finally:
             close_old_connections()
 
@@ -39,9 +46,12 @@ def run_chat_message(message_id: str) -> str:
     """Answer one follow-up question. Idempotent like ``run_session``: a re-delivered or
     duplicate task finds the question taken (or answered) and does nothing."""
     with supervision.running(message_id):
-        if supervision.cluster_lost():
-            return "skipped: this worker's cluster is gone"
-        close_old_connections()
+        if skipped := _not_now(
+            lambda before: services.chat_message_requeue_unstarted(
+                message_id=message_id, queued_before=before
+            )
+        ):
+            return skipped
         lease = services.chat_message_claim(
             message_id=message_id, worker_id=f"{socket.gethostname()}:{os.getpid()}"
         )
@@ -51,7 +61,9 @@ def run_chat_message(message_id: str) -> str:
         from agents.chat import execute_chat
 
         try:
-            return asyncio.run(execute_chat(lease, should_stop=supervision.stop_reason))
+            return asyncio.run(
+                execute_chat(lease, should_stop=lambda: supervision.stop_reason("answer"))
+            )
         finally:
             close_old_connections()
 
@@ -70,9 +82,10 @@ def score_session(score_id: str) -> str:
     """Score one ended session. Idempotent like ``run_session``: a duplicate or
     re-delivered task finds the score claimed (or ended) and does nothing."""
     with supervision.running(score_id):
-        if supervision.cluster_lost():
-            return "skipped: this worker's cluster is gone"
-        close_old_connections()
+        if skipped := _not_now(
+            lambda before: services.score_requeue_unstarted(score_id=score_id, queued_before=before)
+        ):
+            return skipped
         lease = services.score_claim(
             score_id=score_id, worker_id=f"{socket.gethostname()}:{os.getpid()}"
         )
@@ -82,6 +95,21 @@ def score_session(score_id: str) -> str:
         from agents.scoring import execute_scoring
 
         try:
-            return asyncio.run(execute_scoring(lease, should_stop=supervision.stop_reason))
+            return asyncio.run(
+                execute_scoring(lease, should_stop=lambda: supervision.stop_reason("scoring"))
+            )
         finally:
             close_old_connections()
+
+
+def _not_now(requeue_unstarted: Callable[[datetime], object]) -> str | None:
+    """Why this worker must not start the work it was handed, if it must not. A stopping
+    cluster's workers start nothing (django-q2 hands them the tasks it pulled before its
+    stop pills); the work is queued again, unless that was done already."""
+    if supervision.cluster_lost():
+        return "skipped: this worker's cluster is gone"
+    close_old_connections()
+    if supervision.stopping():
+        requeue_unstarted(supervision.stop_began())
+        return "skipped: this worker's cluster is stopping"
+    return None

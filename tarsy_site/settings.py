@@ -217,6 +217,12 @@ TARSY_LEASE_CHECK_INTERVAL = env_float("TARSY_LEASE_CHECK_INTERVAL", 0.5, minimu
 TARSY_RECOVERY_INTERVAL = env_float("TARSY_RECOVERY_INTERVAL", 10, minimum=0.1)
 TARSY_PENDING_RECOVERY_AFTER = env_float("TARSY_PENDING_RECOVERY_AFTER", 60, minimum=1)
 TARSY_MAX_CONCURRENT_SESSIONS = env_int("TARSY_MAX_CONCURRENT_SESSIONS", 5, minimum=0)
+# A qcluster told to stop (SIGTERM, SIGINT) takes no more work at once and gives the work
+# it runs this long to finish; then it ends what still runs (failed, or queued again with
+# TARSY_SHUTDOWN_REQUEUE) and exits. The default leaves room inside Kubernetes' default
+# 30 s terminationGracePeriodSeconds (sessions/supervision.py).
+TARSY_SHUTDOWN_GRACE = env_float("TARSY_SHUTDOWN_GRACE", 20, minimum=0)
+TARSY_SHUTDOWN_REQUEUE = env_bool("TARSY_SHUTDOWN_REQUEUE", default=False)
 # MCP servers shared by all sessions of a worker (agents/mcp_hub.py); false: one set of
 # server processes per agent execution, as before.
 TARSY_MCP_SHARED = env_bool("TARSY_MCP_SHARED", default=True)

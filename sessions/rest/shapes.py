@@ -130,9 +130,17 @@ def session_stats(session_ids: list[Any]) -> dict[Any, dict[str, Any]]:
     stages: dict[Any, list[Stage]] = defaultdict(list)
     for stage in Stage.objects.filter(session_id__in=session_ids).order_by("index", "id"):
         stages[stage.session_id].append(stage)
+    # A session queued again after its worker was stopped counts the stages of its
+    # current run only; the interrupted run's stay in ``stages``.
+    first_index = dict(
+        AlertSession.objects.filter(id__in=session_ids, first_stage_index__gt=0).values_list(
+            "id", "first_stage_index"
+        )
+    )
     for session_id, rows in stages.items():
         entry = stats[session_id]
-        chain = [s for s in rows if s.stage_type in CHAIN_STAGE_TYPES]
+        first = first_index.get(session_id, 0)
+        chain = [s for s in rows if s.stage_type in CHAIN_STAGE_TYPES and s.index >= first]
         actions = [s for s in rows if s.stage_type == StageType.ACTION]
         entry.update(
             total_stages=len(chain),

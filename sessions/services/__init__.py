@@ -15,7 +15,8 @@ consequences under it, in the same transaction.
 Modules: ``lifecycle`` (create, claim, end, reap), ``queue`` (tasks, recovery, worker
 clusters), ``records`` (what a worker writes while it runs), ``chat`` (follow-up
 questions on ended sessions and their answers), ``review`` (the review workflow of
-ended sessions), ``leases``, ``events``.
+ended sessions), ``shutdown`` (what a stopping cluster hands back), ``leases``,
+``events``.
 """
 
 from sessions.services.chat import (
@@ -93,6 +94,15 @@ from sessions.services.scoring import (
     scores_requeue_lost,
     scores_time_out_orphans,
 )
+from sessions.services.shutdown import (
+    chat_message_requeue,
+    chat_message_requeue_unstarted,
+    score_requeue,
+    score_requeue_unstarted,
+    session_requeue,
+    session_requeue_unstarted,
+    work_requeue_pulled,
+)
 from sessions.services.slack import slack_message_record
 
 __all__ = [
@@ -116,6 +126,8 @@ __all__ = [
     "SessionNotQueued",
     "chat_message_claim",
     "chat_message_end",
+    "chat_message_requeue",
+    "chat_message_requeue_unstarted",
     "chat_message_send",
     "chat_messages_requeue_lost",
     "chat_messages_time_out_orphans",
@@ -134,6 +146,8 @@ __all__ = [
     "reviews_apply",
     "score_claim",
     "score_request",
+    "score_requeue",
+    "score_requeue_unstarted",
     "scores_requeue_lost",
     "scores_time_out_orphans",
     "serialize_transaction",
@@ -144,6 +158,8 @@ __all__ = [
     "session_enqueue",
     "session_heartbeat",
     "session_lease_status",
+    "session_requeue",
+    "session_requeue_unstarted",
     "sessions_dispatch_waiting",
     "sessions_requeue_lost",
     "sessions_time_out_orphans",
@@ -156,6 +172,7 @@ __all__ = [
     "timeline_event_complete",
     "timeline_payload",
     "transient_events_purge",
+    "work_requeue_pulled",
     "worker_cluster_beat",
     "worker_cluster_stopped",
     "worker_clusters_bury",

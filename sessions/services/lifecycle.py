@@ -110,7 +110,8 @@ def session_claim(*, session_id: Any, worker_id: str) -> Claim:
         claimed = pending.update(
             status=SessionStatus.IN_PROGRESS,
             worker_id=worker_id,
-            started_at=now,
+            # A session queued again when its worker was stopped keeps its first start.
+            started_at=Coalesce("started_at", Value(now)),
             heartbeat_at=now,
             lease_token=token,
             enqueued_at=None,

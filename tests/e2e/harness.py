@@ -239,6 +239,8 @@ def _environment(
         "SECRET_KEY": "e2e-not-secret",
         "TARSY_WORKERS": "1",
         "TARSY_QUEUE_POLL": "0.05",
+        # Well inside _stop's SIGKILL, so every test ends its cluster the graceful way.
+        "TARSY_SHUTDOWN_GRACE": "5",
         "PYTHONUNBUFFERED": "1",
         **(extra_env or {}),
     }
@@ -368,10 +370,9 @@ def _wait_for_clusters(dep: Deployment, timeout: float = 60) -> None:
 
 
 def _stop(processes: list[subprocess.Popen]) -> None:
-    # SIGTERM to each leader only: qcluster then stops its sentinel and workers in
-    # order (a SIGTERM to its whole group kills the sentinel under it, and after a
-    # session has run the leader hangs until the SIGKILL below). Whatever is left in
-    # a group afterwards is killed.
+    # SIGTERM to each leader, as a container stop does: qcluster then stops its
+    # sentinel and workers in order, within its TARSY_SHUTDOWN_GRACE (5 s here).
+    # Whatever is left in a group afterwards is killed.
     for process in processes:
         with contextlib.suppress(ProcessLookupError):
             os.kill(process.pid, signal.SIGTERM)

@@ -23,6 +23,7 @@ from sessions.models import (
 )
 from sessions.relay import event_message
 from sessions.services import scoring as score_services
+from sessions.supervision import Interruption
 from sessions.tasks import run_session, score_session
 from tests.conftest import running_session
 
@@ -263,7 +264,7 @@ def test_a_scoring_whose_worker_cluster_goes_ends_failed_at_once(scripted_provid
     lease = services.score_claim(score_id=score.id, worker_id="w")
     reason = "this worker's cluster stopped"
     deadline = time.monotonic() + 1.0
-    should_stop = lambda: reason if time.monotonic() > deadline else None  # noqa: E731
+    should_stop = lambda: Interruption(reason) if time.monotonic() > deadline else None  # noqa: E731
     assert asyncio.run(execute_scoring(lease, should_stop=should_stop)) == "failed"
     score.refresh_from_db()
     assert (score.status, score.error_message, score.lease_token) == ("failed", reason, None)
