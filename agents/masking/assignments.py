@@ -141,33 +141,24 @@ def _is_phrase(key: str, value: str) -> bool:
 # in them are looked at, and only a quoted value (after a strong name) or a random-looking
 # one is masked, so "password authentication failed" stays. The words are found from the
 # secret words in them, each word once.
-_STEM_RE = re.compile(
-    r"pass|pw|secret|token|key|auth|cred|sig|session|cookie|otp|salt|seed|bearer", re.I
+_STEMS = r"pass|pw|secret|token|key|auth|cred|sig|session|cookie|otp|salt|seed|bearer"
+# A word holding a secret word, then blanks: the look-ahead finds the secret word within
+# the word, and the possessive word cannot be re-scanned, so each word costs one pass.
+_SPACED_KEY_RE = re.compile(
+    rf"(?<![\w./-])(?=[\w.-]*?(?:{_STEMS}))(?P<name>[\w.-]++)(?P<gap>[ \t]+)", re.I
 )
-_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-_GAP_RE = re.compile(r"[ \t]+")
 _SPACED_VALUE_RE = re.compile(r"""(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s"'`,;]+)""")
 
 
 def _spaced(text: str) -> str:
     out: list[str] = []
     done = 0  # text[:done] is in out
-    position = 0  # words before it were judged
-    for stem in _STEM_RE.finditer(text):
-        if stem.start() < position:
+    for key in _SPACED_KEY_RE.finditer(text):
+        if key.start() < done:
             continue
-        start, end = stem.start(), stem.end()
-        while start > position and text[start - 1] in _WORD_CHARS:
-            start -= 1
-        while end < len(text) and text[end] in _WORD_CHARS:
-            end += 1
-        position = end
-        if start and text[start - 1] == "/":
-            continue  # a path: /etc/ssl/private key
-        verdict = classify(text[start:end])
-        gap = _GAP_RE.match(text, end)
-        value = _SPACED_VALUE_RE.match(text, gap.end()) if gap else None
-        if verdict is None or value is None:
+        verdict = classify(key.group("name"))
+        value = _SPACED_VALUE_RE.match(text, key.end()) if verdict else None
+        if value is None:
             continue
         raw = value.group("value")
         quoted = raw[:1] in ("'", '"') and len(raw) > 2
@@ -179,8 +170,8 @@ def _spaced(text: str) -> str:
         says_password = verdict == ("password", Strength.STRONG) or verdict[0] == "passphrase"
         if not (looks_random(inner) or (quoted and says_password)):
             continue
-        out += [text[done : gap.end()], _quoted("", raw, verdict[0])]
-        done = position = value.end()
+        out += [text[done : key.end()], _quoted("", raw, verdict[0])]
+        done = value.end()
     return "".join(out) + text[done:] if out else text
 
 
@@ -313,9 +304,15 @@ _PASSES = (
 )
 
 
+# Literal words without which a rule cannot match: skipping the rule costs a scan in C.
+_NEEDS = {_COOKIE_RE: ("ookie", "OOKIE", "-b"), _PAIR_RE: ("alue",), _PAIR_ELEMENT_RE: ("</",)}
+
+
 def mask_assignments(text: str) -> str:
     for pattern, replace in _RULES:
-        text = pattern.sub(replace, text)
+        needs = _NEEDS.get(pattern)
+        if needs is None or any(word in text for word in needs):
+            text = pattern.sub(replace, text)
     for mask in _PASSES:
         text = mask(text)
     return text

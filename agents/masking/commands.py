@@ -39,8 +39,9 @@ _PASSWORD_FLAGS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 _PROGRAMS = {
     program: (flag, style) for flag, style, programs in _PASSWORD_FLAGS for program in programs
 }
+# A path before the name (/usr/bin/mysql) ends in "/", which the look-behind lets pass.
 _PROGRAM_RE = re.compile(
-    r"(?<![\w.-])(?:[\w.~-]*/)?(?P<program>"
+    r"(?<![\w.-])(?P<program>"
     + "|".join(re.escape(p) for p in sorted(_PROGRAMS, key=len, reverse=True))
     + r")(?=[ \t])"
 )

@@ -59,7 +59,7 @@ TOOL_RESULTS = [
     "nul characters",
     "a mebibyte without a newline",
 ]
-CHAT_QUESTION = "yaml block sequence on one line"
+CHAT_QUESTION = "yaml flow sequence (the finding)"
 # The model repeats what a tool returned: costly Markdown, with a NUL in it.
 ANSWER = "Investigated.\n\n" + corpus.CORPUS["markdown emphasis (32 KiB)"][:8000] + " \x00 end"
 
