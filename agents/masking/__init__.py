@@ -6,7 +6,8 @@ masked once, before any of them sees it, in these passes:
 
 1. Kubernetes Secrets, by structure (``kubernetes.py``); a document that cannot be read
    as a structure (truncated, not JSON/YAML, absurdly deep) is masked as text instead.
-2. JSON strings holding escaped text, unescaped and masked from 1 (``encodings.py``).
+2. JSON strings holding escaped text, unescaped and masked from 1, then private keys
+   written as base64 without their armour (``encodings.py``).
 3. Our patterns (``patterns.py``): key material and token shapes, credentials in URLs
    (``urls.py``) and on command lines (``commands.py``), and values whose name says
    secret in any syntax (``assignments.py``, judged by ``names.py``).
@@ -114,6 +115,7 @@ def _mask(text: str, depth: int = 0) -> str:
         text = kubernetes.mask_secret_chunks(text)
     if depth < encodings.MAX_DEPTH:
         text = encodings.mask_escaped(text, lambda inner: _mask(inner, depth + 1))
+    text = encodings.mask_key_material(text)
     text = detectors.mask_detected(patterns.mask_patterns(text))
     text = patterns.mask_prefixed_tokens(text)
     if depth < encodings.MAX_DEPTH:

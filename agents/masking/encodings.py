@@ -188,6 +188,21 @@ def mask_escaped(text: str, mask: Mask) -> str:
     return _json_strings(text, mask) if "\\" in text else text
 
 
+def _key_material(m: re.Match[str]) -> str:
+    blob = m.group()
+    if blob.islower() or blob.isupper():
+        return blob
+    data = _decode(blob)
+    return PRIVATE_KEY if data is not None and _is_key_material(data) else blob
+
+
+def mask_key_material(text: str) -> str:
+    """Replace base64 runs that are private keys, before any other pass: a token shape
+    found inside a key's body would cut it in two, and neither half would decode as a
+    key."""
+    return _BASE64_RE.sub(_key_material, text)
+
+
 def mask_encoded(text: str, mask: Mask) -> str:
     """Mask what ``text`` holds in base64 or percent-encoding; ``mask`` masks a decoded
     piece (and recurses)."""

@@ -87,69 +87,22 @@ _SHAPES: tuple[tuple[str, str], ...] = (
 
 # Tokens whose vendors give them a recognisable prefix (the tail only has to be long and
 # not a word). Written from the vendors' documentation, for services SREs meet.
+# fmt: off
 _TOKEN_PREFIXES = (
-    "glpat-",
-    "glptt-",
-    "gldt-",
-    "glrt-",
-    "glcbt-",
-    "gloas-",
-    "glsoat-",
-    "glffct-",  # GitLab
-    "npm_",
-    "hf_",
-    "dop_v1_",
-    "doo_v1_",
-    "dor_v1_",  # npm, Hugging Face, DigitalOcean
-    "shpat_",
-    "shpss_",
-    "shppa_",
-    "shpca_",  # Shopify
-    "xoxe-",
-    "xoxe.",
-    "xapp-",  # Slack
-    "lin_api_",
-    "pscale_tkn_",
-    "pscale_pw_",
-    "pscale_oauth_",  # Linear, PlanetScale
-    "sq0atp-",
-    "sq0csp-",
-    "EAAA",  # Square
-    "rubygems_",
-    "pul-",
-    "dckr_pat_",
-    "dt0c01.",
-    "NRAK-",
-    "NRII-",  # RubyGems, Pulumi…
-    "glsa_",
-    "glc_",
-    "sntrys_",
-    "sntryu_",
-    "figd_",
-    "ntn_",
-    "ATATT3",
-    "ATCTT3",
-    "hvs.",
-    "hvb.",
-    "hvr.",
-    "dp.st.",
-    "dp.pt.",
-    "dp.ct.",
-    "ops_ey",  # Vault, Doppler, 1P
-    "AGE-SECRET-KEY-1",
-    "ya29.",
-    "1//0",
-    "FLWSECK-",
-    "sk_live_",
-    "rk_live_",
-    "tfp_",
-    "vercel_",
-    "phc_",
-    "key-",
-    "SK",
-    "pat-na1-",
-    "pat-eu1-",
-    "github_pat_",
+    # GitLab
+    "glpat-", "glptt-", "gldt-", "glrt-", "glcbt-", "gloas-", "glsoat-", "glffct-",
+    # npm, Hugging Face, DigitalOcean, Shopify, Slack, Linear, PlanetScale, Square
+    "npm_", "hf_", "dop_v1_", "doo_v1_", "dor_v1_", "shpat_", "shpss_", "shppa_", "shpca_",
+    "xoxe-", "xoxe.", "xapp-", "lin_api_", "pscale_tkn_", "pscale_pw_", "pscale_oauth_",
+    "sq0atp-", "sq0csp-",
+    # RubyGems, Pulumi, Docker Hub, Dynatrace, New Relic, Grafana, Sentry, Figma, Notion,
+    # Atlassian, Vault, Doppler, 1Password, age, Google OAuth, Flutterwave, Stripe,
+    # Terraform Cloud, Vercel, PostHog, Mailgun, HubSpot, GitHub
+    "rubygems_", "pul-", "dckr_pat_", "dt0c01.", "NRAK-", "NRII-", "glsa_", "glc_",
+    "sntrys_", "sntryu_", "figd_", "ntn_", "ATATT3", "ATCTT3", "hvs.", "hvb.", "hvr.",
+    "dp.st.", "dp.pt.", "dp.ct.", "ops_ey", "AGE-SECRET-KEY-1", "ya29.", "1//0",
+    "FLWSECK-", "sk_live_", "rk_live_", "tfp_", "vercel_", "phc_", "key-", "pat-na1-",
+    "pat-eu1-", "github_pat_",
 )
 # fmt: on
 _PREFIXED_RE = re.compile(
