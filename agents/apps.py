@@ -10,6 +10,6 @@ class AgentsConfig(AppConfig):
     def ready(self) -> None:
         # Parse tarsy.yaml at start-up: a broken config stops every process (daphne,
         # qcluster, manage.py) with a message naming the file and key.
-        from agents.config import get_config
+        from config.loader import get_config
 
         get_config()

@@ -16,8 +16,6 @@ from collections.abc import Callable
 
 from django.conf import settings
 
-from agents.config import get_config
-from agents.config_types import ChainConfig, StageAgentConfig, StageConfig, TarsyConfig
 from agents.controller import AgentResult, IteratingController
 from agents.executor import LEASE_LOST, Stop, run_leased
 from agents.prompts import Finding, format_findings
@@ -28,6 +26,8 @@ from agents.runs import RunControl, SessionRun, run_agent, start_agent
 # A stage agent's own helpers: the chat agent resolves, prompts and dispatches
 # sub-agents exactly as one does.
 from agents.stages import SessionFailure, _resolve, _sub_agent_runner, _system
+from config.loader import get_config
+from config.types import ChainConfig, StageAgentConfig, StageConfig, TarsyConfig
 from llm.demo_script import CHAT_QUESTION
 from llm.types import ConversationMessage, Role
 from sessions import services

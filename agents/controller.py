@@ -22,12 +22,10 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from agents import tool_results
-from agents.config_types import CostEstimation, MCPServerConfig
-from agents.masking import mask_text
-from agents.masking.bounded import storable
 from agents.prompts import forced_conclusion
 from agents.recorder import Recorder, message_to_json
 from agents.resolver import AgentSettings, ProviderChoice
+from config.types import CostEstimation, MCPServerConfig
 from llm.errors import CONNECTION_ERROR
 from llm.types import (
     CodeExecutionDelta,
@@ -43,6 +41,8 @@ from llm.types import (
     ToolDefinition,
     UsageInfo,
 )
+from masking import mask_text
+from masking.bounded import storable
 from sessions.models import ExecutionStatus, TimelineEvent, TimelineEventStatus, TimelineEventType
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable
 from django.conf import settings
 from django.db import DatabaseError
 
-from agents.config import get_config
 from agents.recorder import db
 from agents.runbooks import session_runbook
 from agents.runs import RunControl, SessionRun
@@ -31,6 +30,7 @@ from agents.stages import (
     previous_context,
     run_stage,
 )
+from config.loader import get_config
 from sessions import services
 from sessions.models import AlertSession, SessionStatus
 from sessions.supervision import Interruption

@@ -39,7 +39,7 @@ from mcp.types import (
     Tool,
 )
 
-from agents.config_types import SESSION_ID_PLACEHOLDER, HttpTransport, MCPServerConfig
+from config.types import SESSION_ID_PLACEHOLDER, HttpTransport, MCPServerConfig
 from llm.tool_names import split_tool_name
 from llm.types import ToolDefinition
 

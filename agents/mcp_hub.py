@@ -31,8 +31,8 @@ from typing import Any
 from django.conf import settings
 from mcp.types import Tool
 
-from agents.config_types import HttpTransport, MCPServerConfig
 from agents.mcp_client import MCPConnection, MCPServerError
+from config.types import HttpTransport, MCPServerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ def record_health(server_id: str, *, tools: dict[str, Tool] | None = None, error
     """Write one server's health (from a worker's hub, or the qcluster's warm-up)."""
     from django.db import DatabaseError, connection
 
-    from agents.masking import mask_text, mask_tool_result
+    from masking import mask_text, mask_tool_result
     from sessions import services
 
     try:

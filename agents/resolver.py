@@ -15,7 +15,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
-from agents.config_types import (
+from config.types import (
     ITERATING_TYPES,
     AgentConfig,
     ChainConfig,

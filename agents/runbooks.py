@@ -21,9 +21,9 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from agents.config_types import TarsyConfig
-from agents.masking import mask_alert, mask_text
-from agents.masking.bounded import load_json, storable
+from config.types import TarsyConfig
+from masking import mask_alert, mask_text
+from masking.bounded import load_json, storable
 
 if TYPE_CHECKING:
     from sessions.models import AlertSession

@@ -12,7 +12,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agents.config_types import ChainConfig, TarsyConfig
 from agents.controller import (
     AgentResult,
     AgentRun,
@@ -20,12 +19,13 @@ from agents.controller import (
     SingleShotController,
     SubAgents,
 )
-from agents.masking import mask_text
 from agents.mcp_client import MCPServerError
 from agents.recorder import Recorder, db
 from agents.resolver import ResolvedAgent
 from agents.toolbox import ToolBox
+from config.types import ChainConfig, TarsyConfig
 from llm.types import ConversationMessage
+from masking import mask_text
 from sessions import services
 from sessions.models import (
     AgentExecution,

@@ -21,8 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agents.config import get_config
-from agents.config_types import StageAgentConfig, StageConfig
 from agents.controller import AgentRun, SingleShotController, _describe
 from agents.executor import LEASE_LOST, Stop, run_leased
 from agents.prompts import (
@@ -34,6 +32,8 @@ from agents.prompts import (
 from agents.recorder import Recorder, db
 from agents.resolver import AgentSettings, ResolutionError, resolve, stage_agent_settings
 from agents.runs import RunControl
+from config.loader import get_config
+from config.types import StageAgentConfig, StageConfig
 from llm.demo_script import INVESTIGATION_TO_SCORE, TOOL_REPORT_REQUEST
 from llm.types import ConversationMessage, Role
 from sessions.models import (

@@ -7,7 +7,6 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from agents.config_types import ACTION, EXEC_SUMMARY, StageConfig
 from agents.controller import IteratingController, SingleShotController
 from agents.prompts import (
     Finding,
@@ -33,6 +32,7 @@ from agents.resolver import (
 )
 from agents.runs import Outcome, SessionRun, run_agent, start_agent
 from agents.sub_agents import SubAgentRunner
+from config.types import ACTION, EXEC_SUMMARY, StageConfig
 from sessions import services
 from sessions.models import (
     AgentExecution,

@@ -20,10 +20,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agents.config_types import AgentConfig, OrchestratorConfig
 from agents.controller import AgentResult, ToolExecutor
 from agents.prompts import sub_agent_result
 from agents.runs import Outcome, RunControl
+from config.types import AgentConfig, OrchestratorConfig
 from llm.types import ConversationMessage, ToolDefinition
 from sessions.models import ExecutionStatus
 

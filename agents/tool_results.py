@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from agents.config_types import MCPServerConfig, Summarization
-from agents.masking import ExtraMasking, mask_text, mask_tool_result
-from agents.masking.bounded import storable
 from agents.prompts import tool_summary_messages
 from agents.recorder import message_to_json
+from config.types import MCPServerConfig, Summarization
 from llm.types import ErrorInfo, GenerateRequest, Role, TextDelta, ToolCall, UsageInfo
+from masking import ExtraMasking, mask_text, mask_tool_result
+from masking.bounded import storable
 from sessions.models import TimelineEventStatus, TimelineEventType
 
 logger = logging.getLogger(__name__)

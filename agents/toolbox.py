@@ -23,7 +23,6 @@ from typing import Any
 
 from django.conf import settings
 
-from agents.config_types import MCPServerConfig, TarsyConfig
 from agents.mcp_client import (
     MCPClientPool,
     MCPServerError,
@@ -31,6 +30,7 @@ from agents.mcp_client import (
     tool_definition,
 )
 from agents.mcp_hub import hub, record_health, shareable
+from config.types import MCPServerConfig, TarsyConfig
 from llm.tool_names import split_tool_name
 from llm.types import ToolDefinition
 

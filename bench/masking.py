@@ -47,9 +47,9 @@ import django
 
 django.setup()
 
-from agents.masking import mask_tool_result  # noqa: E402
 from bench import masking_corpora as corpora  # noqa: E402
 from bench.stats import load_average, percentile  # noqa: E402
+from masking import mask_tool_result  # noqa: E402
 
 MIRRORS = Path("/work/.mirror")
 

@@ -160,7 +160,7 @@ def concurrent_round(tarsy, token: str, size: int, alert_type: str) -> dict:
 
 def replicas_config(tmp: Path) -> Path:
     """The bundled tarsy.yaml plus a chain of three replicas of the demo agent."""
-    config = yaml.safe_load((ROOT / "agents" / "tarsy.yaml").read_text())
+    config = yaml.safe_load((ROOT / "config" / "tarsy.yaml").read_text())
     config["agent_chains"]["replicas"] = {
         "alert_types": ["Replicas"],
         "stages": [{"name": "investigation", "agents": ["KubernetesAgent"], "replicas": 3}],
@@ -246,7 +246,7 @@ def gemini_replies() -> list[dict]:
 
 
 def write_config(tmp: Path) -> Path:
-    config = yaml.safe_load((ROOT / "agents" / "tarsy.yaml").read_text())
+    config = yaml.safe_load((ROOT / "config" / "tarsy.yaml").read_text())
     config["defaults"]["llm_backend"] = "langchain"
     path = tmp / "tarsy.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -16,9 +16,9 @@ import json
 import re
 from typing import Any
 
-from agents.masking.bounded import load_json
 from llm.scripted import ScriptTurn
 from llm.types import GenerateRequest, Role
+from masking.bounded import load_json
 
 DEFAULT_NAMESPACE = "payments"
 _NAMESPACE = re.compile(r"namespace[\"']?\s*[:=]\s*[\"']?([a-z0-9][-a-z0-9]*)", re.IGNORECASE)

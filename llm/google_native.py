@@ -37,7 +37,6 @@ from typing import Any
 from google import genai
 from google.genai import types
 
-from agents.masking.bounded import json_problem
 from llm.clients import PerLoopCache, creation_error, env_value
 from llm.errors import INVALID_REQUEST, INVALID_TOOL_CALL
 from llm.retry import DEFAULT_POLICY, RetryPolicy, Sleep, stream_with_retries
@@ -56,6 +55,7 @@ from llm.types import (
     ToolCallDelta,
     UsageInfo,
 )
+from masking.bounded import json_problem
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,6 @@ from langchain_core.messages.tool import tool_call
 from langchain_core.runnables import Runnable
 from langchain_google_genai.chat_models import ChatGoogleGenerativeAIError
 
-from agents.masking.bounded import UnsafeInput, json_problem, load_json
 from llm.clients import PerLoopCache, creation_error
 from llm.errors import INVALID_TOOL_CALL
 from llm.langchain_models import create_chat_model, model_key
@@ -52,6 +51,7 @@ from llm.types import (
     ToolDefinition,
     UsageInfo,
 )
+from masking.bounded import UnsafeInput, json_problem, load_json
 
 ARGUMENTS_LIMIT = 1024 * 1024  # characters of one tool call's arguments
 

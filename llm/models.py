@@ -15,8 +15,8 @@ from pathlib import Path
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from agents.masking import mask_text
 from llm.types import NATIVE_TOOLS, ProviderConfig
+from masking import mask_text
 
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The scripted backend's built-in investigation (llm/demo_script.py).

@@ -36,7 +36,6 @@ from typing import Any
 
 import yaml
 
-from agents.masking.bounded import load_yaml
 from llm.types import (
     CodeExecutionDelta,
     Delta,
@@ -48,6 +47,7 @@ from llm.types import (
     ToolCallDelta,
     UsageInfo,
 )
+from masking.bounded import load_yaml
 
 DEFAULT_CHUNK_DELAY = 0.02
 _WORDS = re.compile(r"\S+\s*|\s+")

@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils import timezone
 
-from agents.masking import mask_alert
+from masking import mask_alert
 from sessions.models import ApiToken
 
 logger = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ def check_config_references(app_configs, databases=None, **kwargs) -> list[Check
     """tarsy.yaml names providers that live in the database; check them when we can."""
     if not databases:
         return []
-    from agents.config import get_config, validate_references
+    from config.loader import get_config, validate_references
     from llm.models import LLMProvider
     from llm.registry import backend_names
 

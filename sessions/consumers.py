@@ -21,7 +21,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.http import QueryDict
 
-from agents.masking.bounded import load_json
+from masking.bounded import load_json
 from sessions import listing, live, scoring_views, selectors
 from sessions.auth import user_still_allowed
 from sessions.listing import ListState

@@ -5,7 +5,7 @@ import uuid
 from django import forms
 
 from agents import runbooks
-from agents.config import get_config
+from config.loader import get_config
 from sessions.intake import AlertRejected, ValidAlert, validate_alert
 
 # Pre-filled so a first-time user can submit at once; it matches the bundled demo cluster.

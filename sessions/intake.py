@@ -9,9 +9,9 @@ from typing import Any
 from django.conf import settings
 
 from agents import runbooks
-from agents.config import get_config
-from agents.masking import mask_alert
-from agents.masking.bounded import UnsafeInput, load_json
+from config.loader import get_config
+from masking import mask_alert
+from masking.bounded import UnsafeInput, load_json
 
 
 class AlertRejected(Exception):

@@ -142,7 +142,7 @@ def stage_progress(session: AlertSession) -> str:
     far (synthesis, the executive summary, chat answers and scoring are steps, not stages
     of the chain), of its current run (a run interrupted by its worker's shutdown may
     have come before)."""
-    from agents.config import get_config
+    from config.loader import get_config
 
     started = (
         session.stages.filter(index__gte=session.first_stage_index)

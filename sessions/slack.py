@@ -18,9 +18,9 @@ from typing import Any
 
 from slack_sdk import WebClient
 
-from agents.config import get_config
-from agents.config_types import SlackConfig
-from agents.masking import mask_alert, mask_text
+from config.loader import get_config
+from config.types import SlackConfig
+from masking import mask_alert, mask_text
 from sessions import services
 from sessions.models import AlertSession, SessionStatus, SlackMessage
 

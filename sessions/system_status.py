@@ -16,15 +16,15 @@ from typing import Any
 
 import yaml
 
-from agents.config_types import (
+from config.types import (
     AgentConfig,
     ChainConfig,
     Defaults,
     StageAgentConfig,
     TarsyConfig,
 )
-from agents.masking import mask_text
 from llm.models import LLMProvider, ProviderType
+from masking import mask_text
 from sessions import selectors
 from sessions.supervision import cluster_silence_limit
 

@@ -6,7 +6,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from agents.config import get_config
+from config.loader import get_config
 from sessions import listing, selectors, services
 from sessions.forms import AlertForm, resubmitted_alert
 from sessions.listing import ListState

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest
 
-from agents.masking.bounded import load_json
+from masking.bounded import load_json
 from sessions import protocol, selectors
 from sessions.auth import proxy_identity, user_for_token, user_still_allowed
 from sessions.metrics import WEBSOCKET_CONNECTIONS

@@ -197,7 +197,7 @@ Q_CLUSTER = {
     "label": "Task queue",
 }
 
-TARSY_CONFIG = env_str("TARSY_CONFIG", str(BASE_DIR / "agents" / "tarsy.yaml"))
+TARSY_CONFIG = env_str("TARSY_CONFIG", str(BASE_DIR / "config" / "tarsy.yaml"))
 TARSY_MAX_ALERT_BYTES = 1024 * 1024
 # Each daphne's relay reads the event log when woken (sessions/wakeup.py), and this often
 # in case a wake-up was lost.

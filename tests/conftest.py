@@ -116,10 +116,10 @@ def scripted_provider(db, write_script):
 @pytest.fixture
 def tarsy_config(settings, tmp_path: Path):
     """Run with a modified copy of the bundled tarsy.yaml: ``tarsy_config(change)``."""
-    from agents.config import get_config
+    from config.loader import get_config
 
     def use(change) -> None:
-        config = yaml.safe_load((settings.BASE_DIR / "agents" / "tarsy.yaml").read_text())
+        config = yaml.safe_load((settings.BASE_DIR / "config" / "tarsy.yaml").read_text())
         change(config)
         path = tmp_path / "tarsy.yaml"
         path.write_text(yaml.safe_dump(config))

@@ -34,8 +34,8 @@ TIME_LIMIT = 30.0
 def _entry_points() -> dict[str, Any]:
     import yaml
 
-    from agents.masking import mask_alert, mask_tool_result
-    from agents.masking.bounded import load_json, load_yaml_all, storable
+    from masking import mask_alert, mask_tool_result
+    from masking.bounded import load_json, load_yaml_all, storable
     from sessions.markdown import render
     from sessions.templatetags.tarsy import alert_format
 
@@ -70,7 +70,7 @@ def child() -> None:
     import django
 
     django.setup()
-    from agents.masking.bounded import unstorable
+    from masking.bounded import unstorable
 
     entry_points = _entry_points()
     for line in sys.stdin:

@@ -726,7 +726,7 @@ def test_the_admin_refuses_a_provider_holding_a_secret(client, api_token, browse
 
 def test_the_canaries_are_unambiguous_secrets():
     """The scenarios depend on the masking recognising these, however it changes."""
-    from agents.masking import mask_alert, mask_text
+    from masking import mask_alert, mask_text
 
     for canary in (PASSWORD, TOKEN, f"GITHUB_TOKEN={TOKEN}"):
         assert CANARY not in mask_alert(canary)

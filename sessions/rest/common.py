@@ -9,7 +9,7 @@ from typing import Any
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
 
-from agents.masking.bounded import unstorable
+from masking.bounded import unstorable
 from sessions.auth import ApiRejected, api_error
 from sessions.intake import AlertRejected, read_json_body
 

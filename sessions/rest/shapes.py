@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.models import Count, Q, Sum
 
-from agents.config import get_config
+from config.loader import get_config
 from sessions.models import (
     AgentExecution,
     AlertSession,

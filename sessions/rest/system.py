@@ -14,7 +14,7 @@ from django.utils import timezone
 from ninja import Router
 
 from agents import runbooks
-from agents.config import get_config
+from config.loader import get_config
 from sessions import selectors
 from sessions.relay import relay_health
 from sessions.rest import schemas

@@ -21,9 +21,9 @@ from django.db.models import Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from agents.config import get_config
-from agents.masking import mask_alert, mask_text
-from agents.masking.bounded import unstorable
+from config.loader import get_config
+from masking import mask_alert, mask_text
+from masking.bounded import unstorable
 from sessions.models import (
     OPEN_CHAT_MESSAGE_STATUSES,
     AlertSession,

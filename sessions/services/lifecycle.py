@@ -15,7 +15,7 @@ from django.db.models import Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from agents.masking import mask_alert, mask_text
+from masking import mask_alert, mask_text
 from sessions import search
 from sessions.models import (
     RUNNING_SESSION_STATUSES,

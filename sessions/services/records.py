@@ -10,7 +10,7 @@ from django.db.models import F, Max, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from agents.masking import mask_text
+from masking import mask_text
 from sessions import search
 from sessions.models import (
     AgentExecution,

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from agents.masking import mask_alert
+from masking import mask_alert
 from sessions.models import (
     AlertSession,
     QualityRating,

@@ -32,7 +32,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from agents.masking import mask_text
+from masking import mask_text
 from sessions.models import (
     TERMINAL_SESSION_STATUSES,
     AgentExecution,
@@ -75,7 +75,7 @@ def score_on_end(session_id: Any, status: str) -> None:
     """Queue the scoring of a session that completed, when its chain enables scoring."""
     if status != SessionStatus.COMPLETED:
         return
-    from agents.config import get_config
+    from config.loader import get_config
 
     chain_id = AlertSession.objects.values_list("chain_id", flat=True).get(id=session_id)
     chain = get_config().chains.get(chain_id)

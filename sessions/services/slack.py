@@ -14,7 +14,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django_q.tasks import async_task
 
-from agents.config import get_config
+from config.loader import get_config
 from sessions.models import AlertSession, SessionEventType, SlackMessage
 from sessions.services.events import event_publish
 

@@ -19,7 +19,7 @@ fragments = caches["fragments"]
 def pretty_json(value: Any) -> str:
     """Tool-call arguments as a model sent them: the providers bound their depth, but an
     old row or a new backend may not have, and a page must render anyway."""
-    from agents.masking.bounded import MAX_DEPTH, deeper_than, json_text
+    from masking.bounded import MAX_DEPTH, deeper_than, json_text
 
     if deeper_than(value, MAX_DEPTH):
         return f"(nested more than {MAX_DEPTH} levels deep: not shown)"
@@ -115,7 +115,7 @@ def alert_format(data: str) -> dict[str, str]:
     """Alert data for display: ``{"format": "json"|"yaml"|"text", "text": …}``; JSON is
     re-indented, YAML and text are shown as sent. Whatever cannot be parsed within the
     limits is shown as text."""
-    from agents.masking.bounded import json_text, load_json, load_yaml
+    from masking.bounded import json_text, load_json, load_yaml
 
     stripped = (data or "").strip()
     if stripped[:1] in ("{", "["):

@@ -1,4 +1,4 @@
-"""Bounded parsing of outside text (agents.masking.bounded): the depth bounds never
+"""Bounded parsing of outside text (masking.bounded): the depth bounds never
 under-count, the loaders refuse what would crash or blow up a parser and accept what
 parses normally, and unstorable characters are found and replaced. Pure Python, no
 database."""
@@ -15,8 +15,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.masking import bounded
-from agents.masking.bounded import (
+from masking import bounded
+from masking.bounded import (
     UnsafeInput,
     deeper_than,
     json_depth,
@@ -94,7 +94,7 @@ def test_every_way_yaml_nests_is_counted(text):
 
 
 def test_the_yaml_bound_is_close_for_ordinary_documents():
-    config = (ROOT / "agents" / "tarsy.yaml").read_text()
+    config = (ROOT / "config" / "tarsy.yaml").read_text()
     for _, text in [*secrets_corpus.documents(), ("tarsy.yaml", config)]:
         exact = parser_depth(text, yaml.CSafeLoader)
         assert yaml_depth_bound(text, 10**6) <= 2 * exact + 16
@@ -165,7 +165,7 @@ def test_yaml_deeper_than_the_limit_is_refused(text):
 
 
 def test_yaml_within_the_limits_loads_as_pyyaml_loads_it():
-    config = (ROOT / "agents" / "tarsy.yaml").read_text()
+    config = (ROOT / "config" / "tarsy.yaml").read_text()
     for shape, text in [("tarsy.yaml", config), *secrets_corpus.documents()]:
         try:
             expected = list(yaml.safe_load_all(text))

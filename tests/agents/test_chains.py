@@ -21,7 +21,7 @@ import pytest
 import yaml
 from django.db.models import F
 
-from agents.config import get_config
+from config.loader import get_config
 from sessions import services
 from sessions.models import (
     AgentExecution,
@@ -45,7 +45,7 @@ INTERRUPTED = ("cancelled", "failed")
 
 
 def base_config() -> dict[str, Any]:
-    config = yaml.safe_load((ROOT / "agents" / "tarsy.yaml").read_text())
+    config = yaml.safe_load((ROOT / "config" / "tarsy.yaml").read_text())
     config["mcp_servers"]["misbehaving"] = {
         "transport": {
             "type": "stdio",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agents.chat import chat_context, chat_settings
-from agents.config import get_config
+from config.loader import get_config
 from sessions import services
 from sessions.models import (
     AgentExecution,

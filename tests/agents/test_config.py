@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agents.config import ConfigError, load_config, validate_references
 from agents.resolver import stage_agent_settings
+from config.loader import ConfigError, load_config, validate_references
 
 BASE = {
     "defaults": {"alert_type": "kubernetes"},
@@ -50,7 +50,7 @@ def error_for(tmp_path: Path, config: dict) -> str:
 
 
 def test_the_bundled_config_loads():
-    config = load_config(Path(__file__).parents[2] / "agents" / "tarsy.yaml")
+    config = load_config(Path(__file__).parents[2] / "config" / "tarsy.yaml")
     assert config.defaults.alert_type == "kubernetes"
     assert config.chain_for_alert_type("PodCrashLooping").id == "kubernetes-investigation"
     assert config.mcp_servers["kubernetes"].transport.command == sys.executable

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.config_types import MCPServerConfig, StdioTransport
 from agents.mcp_client import MCPClientPool, MCPServerError
+from config.types import MCPServerConfig, StdioTransport
 from tests.agents.test_mcp_transports import npm_servers
 
 WRITE_TOOLS = {

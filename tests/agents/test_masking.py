@@ -1,4 +1,4 @@
-"""Masking of MCP tool results and alert data (agents.masking); pure Python, no database."""
+"""Masking of MCP tool results and alert data (masking); pure Python, no database."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.demo_mcp.server import DemoCluster
-from agents.masking import (
+from masking import (
     PATTERN_NAMES,
     SECRET_VALUE_MARKER,
     WITHHELD_NOTICE,
@@ -452,7 +452,7 @@ def test_a_structure_that_cannot_be_read_is_still_masked_as_text(
         raise RuntimeError(f"boom while reading {text}")
 
     monkeypatch.setattr(kubernetes, "mask_kubernetes_secrets", explode)
-    with caplog.at_level(logging.DEBUG, logger="agents.masking"):
+    with caplog.at_level(logging.DEBUG, logger="masking"):
         masked = mask_tool_result(SECRET_YAML + "password: hunter2\n")
         alert = mask_alert(SECRET_YAML)
     for text in (masked, alert):
@@ -469,7 +469,7 @@ def test_tool_result_fails_closed_when_a_text_pass_breaks(
         raise MemoryError(text)
 
     monkeypatch.setattr(patterns, "mask_patterns", explode)
-    with caplog.at_level(logging.DEBUG, logger="agents.masking"):
+    with caplog.at_level(logging.DEBUG, logger="masking"):
         assert mask_tool_result("password: hunter2") == WITHHELD_NOTICE
     assert "MemoryError" in caplog.text
     assert "hunter2" not in caplog.text
@@ -483,7 +483,7 @@ def test_alert_fails_open_only_when_a_text_pass_breaks(
 
     monkeypatch.setattr(patterns, "mask_patterns", explode)
     alert = "PaymentsAPIDown: payments-api has no ready pods; oncall jane@example.com"
-    with caplog.at_level(logging.DEBUG, logger="agents.masking"):
+    with caplog.at_level(logging.DEBUG, logger="masking"):
         assert mask_alert(alert) == alert
     assert "ValueError" in caplog.text
     assert "PaymentsAPIDown" not in caplog.text

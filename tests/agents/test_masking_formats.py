@@ -1,4 +1,4 @@
-"""Masking that generalises (agents.masking): secrets found by the name they are given in
+"""Masking that generalises (masking): secrets found by the name they are given in
 any syntax, inside encodings, by their shape on command lines, in URLs and cookies, and as
 key material without its armour — and the ordinary output of SRE tools left alone.
 
@@ -16,7 +16,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from agents.masking import mask_alert, mask_tool_result
+from masking import mask_alert, mask_tool_result
 from tests.agents.test_masking import assert_linear
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from agents.config_types import MCPServerConfig, StdioTransport
 from agents.mcp_client import MCPClientPool, MCPServerError
+from config.types import MCPServerConfig, StdioTransport
 
 # One event loop for the module, so the read-only tests can share one pool of servers.
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.config_types import MCPServerConfig, StdioTransport
 from agents.mcp_hub import hub
 from agents.toolbox import ToolBox
+from config.types import MCPServerConfig, StdioTransport
 
 SERVER = str(Path(__file__).with_name("misbehaving_mcp_server.py"))
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.config_types import HttpTransport, MCPServerConfig, StdioTransport
 from agents.mcp_client import MCPClientPool, MCPServerError
 from agents.toolbox import ToolBox
+from config.types import HttpTransport, MCPServerConfig, StdioTransport
 
 NPM_DIR = Path(__file__).parents[1] / "npm"
 NPM_BIN = NPM_DIR / "node_modules" / ".bin"

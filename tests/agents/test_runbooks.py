@@ -170,7 +170,7 @@ def test_a_runbook_server_that_is_down_is_a_warning_too(client, api_token, githu
 
 def test_a_fetched_runbook_is_reused_until_the_cache_ttl_passes(github, configure, monkeypatch):
     configure(system={"runbooks": {"cache_ttl": "30s"}})
-    from agents.config import get_config
+    from config.loader import get_config
 
     now = [1000.0]
     monkeypatch.setattr(runbooks._cache, "clock", lambda: now[0])
@@ -206,7 +206,7 @@ def test_the_token_goes_to_github_only(github, configure, monkeypatch):
     )
     monkeypatch.setenv("TEST_GITHUB_TOKEN", GITHUB_TOKEN)
     github.files["runbooks/crashloop.md"] = RUNBOOK
-    from agents.config import get_config
+    from config.loader import get_config
 
     assert runbooks.fetch("https://docs.example.org/runbooks/crashloop.md", get_config()) == RUNBOOK
     [request] = github.requests
@@ -217,7 +217,7 @@ def test_the_token_goes_to_github_only(github, configure, monkeypatch):
 def test_a_large_runbook_is_cut_at_max_bytes(github, configure):
     configure(system={"runbooks": {"max_bytes": 1000}})
     github.files[RAW_PATH] = "x" * 5000
-    from agents.config import get_config
+    from config.loader import get_config
 
     text = runbooks.fetch(BLOB_URL, get_config())
     assert text.startswith("x" * 1000 + "\n\n[The runbook was cut here, at 1000 bytes.]")

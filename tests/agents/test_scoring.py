@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import pytest
 
-from agents.prompts import SCORING_INSTRUCTIONS
 from agents.scoring import (
     FAILURE_TAGS,
     MalformedScore,
@@ -11,6 +10,7 @@ from agents.scoring import (
     prompt_hash,
     scoring_messages,
 )
+from config.builtin import SCORING_INSTRUCTIONS
 from llm.demo_script import demo_turn
 from llm.types import GenerateRequest, ProviderConfig
 from sessions import services

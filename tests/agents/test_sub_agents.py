@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents.config_types import AgentConfig, OrchestratorConfig
 from agents.controller import AgentResult
 from agents.runs import Outcome, RunControl
 from agents.sub_agents import CANCEL, DISPATCH, LIST, SubAgentRunner
+from config.types import AgentConfig, OrchestratorConfig
 from sessions.models import ExecutionStatus
 
 CATALOG = [

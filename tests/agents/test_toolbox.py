@@ -6,9 +6,9 @@ import time
 import pytest
 
 from agents import toolbox
-from agents.config_types import MCPServerConfig, StdioTransport
 from agents.mcp_client import MCPServerError
 from agents.toolbox import ToolBox
+from config.types import MCPServerConfig, StdioTransport
 
 DEMO = {
     "kubernetes": MCPServerConfig(
@@ -59,10 +59,10 @@ async def test_leaving_before_the_servers_are_up_stops_them():
 def test_warming_fills_the_catalog_for_each_agents_servers():
     from pathlib import Path
 
-    from agents.config import load_config
     from agents.toolbox import _fingerprint, agent_servers, warm_catalog
+    from config.loader import load_config
 
-    config = load_config(Path(__file__).parents[2] / "agents" / "tarsy.yaml")
+    config = load_config(Path(__file__).parents[2] / "config" / "tarsy.yaml")
     sets = agent_servers(config)
     assert sorted(list(servers) for servers in sets) == [["changes"], ["kubernetes"], ["workloads"]]
     warm_catalog(config)

@@ -97,7 +97,7 @@ def gemini_script() -> list[dict[str, Any]]:
 
 def write_config(tmp_path: Path) -> Path:
     """The bundled tarsy.yaml with every agent on the google-native backend."""
-    config = yaml.safe_load((ROOT / "agents" / "tarsy.yaml").read_text())
+    config = yaml.safe_load((ROOT / "config" / "tarsy.yaml").read_text())
     config["defaults"]["llm_backend"] = "google-native"
     path = tmp_path / "tarsy.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -65,7 +65,7 @@ ANSWER = "Investigated.\n\n" + corpus.CORPUS["markdown emphasis (32 KiB)"][:8000
 
 
 def write_config(tmp_path: Path) -> Path:
-    config = yaml.safe_load((ROOT / "agents" / "tarsy.yaml").read_text())
+    config = yaml.safe_load((ROOT / "config" / "tarsy.yaml").read_text())
     config["mcp_servers"]["hostile"] = {
         "transport": {
             "type": "stdio",

@@ -23,7 +23,7 @@ TOKEN = "e2e-remote-mcp-token-7f3a"
 
 
 def write_config(tmp_path: Path, url: str) -> Path:
-    config = yaml.safe_load((ROOT / "agents" / "tarsy.yaml").read_text())
+    config = yaml.safe_load((ROOT / "config" / "tarsy.yaml").read_text())
     config["mcp_servers"]["remote"] = {
         "transport": {
             "type": "http",

@@ -29,7 +29,7 @@ FORBIDDEN = [*secrets_corpus.forbidden(), *secrets_corpus.DOCUMENT_VALUES, "Zq7x
 
 
 def write_config(tmp_path: Path) -> Path:
-    config = yaml.safe_load((ROOT / "agents" / "tarsy.yaml").read_text())
+    config = yaml.safe_load((ROOT / "config" / "tarsy.yaml").read_text())
     config["defaults"]["llm_backend"] = "google-native"
     config["mcp_servers"]["planted"] = {
         "transport": {

@@ -19,7 +19,7 @@ from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
 from agents import mcp_hub
-from agents.config import get_config
+from config.loader import get_config
 from sessions import live, services
 from sessions.models import (
     AgentExecution,

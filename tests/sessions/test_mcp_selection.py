@@ -160,8 +160,8 @@ def test_the_agent_gets_only_the_selected_tools(scripted_provider):
 async def test_a_tool_outside_the_selection_is_refused_by_the_toolbox():
     import sys
 
-    from agents.config_types import MCPServerConfig, StdioTransport
     from agents.toolbox import ToolBox
+    from config.types import MCPServerConfig, StdioTransport
 
     servers = {
         "kubernetes": MCPServerConfig(

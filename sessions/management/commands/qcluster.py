@@ -24,8 +24,8 @@ def warm_up() -> None:
     process they fork from: the agent stack and the LLM SDKs imported (LangChain's take
     seconds), the MCP servers' tools listed (and their health recorded)."""
     import agents.executor  # noqa: F401
-    from agents.config import get_config
     from agents.toolbox import warm_catalog
+    from config.loader import get_config
     from llm.warm import warm_backends
 
     if settings.TARSY_WARM_BACKENDS:

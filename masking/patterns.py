@@ -26,8 +26,8 @@ import itertools
 import re
 from collections.abc import Callable
 
-from agents.masking import assignments, commands, urls
-from agents.masking.names import is_placeholder, looks_random
+from masking import assignments, commands, urls
+from masking.names import is_placeholder, looks_random
 
 # fmt: off
 PATTERN_NAMES: tuple[str, ...] = (

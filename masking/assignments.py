@@ -10,7 +10,7 @@
 - ``name x`` when x is quoted or random-looking (``password 'x'``, ``token 9hF2…``);
 - cookies: every value of a ``Cookie:`` header, the value of a ``Set-Cookie:``.
 
-How sure the name is (agents/masking/names.py) decides which values go: after a strong
+How sure the name is (masking/names.py) decides which values go: after a strong
 name every value but placeholders, after a weak one only random-looking ones.
 Every scan here is linear: names are found by regexes that stop at delimiters, and each
 value is read once, after the name has been judged.
@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from agents.masking.names import Strength, classify, is_placeholder, looks_random
+from masking.names import Strength, classify, is_placeholder, looks_random
 
 
 def marker(name: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from agents.masking.names import is_placeholder
+from masking.names import is_placeholder
 
 MASKED = "[MASKED_PASSWORD]"
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from agents.masking import bounded
+from masking import bounded
 
 SECRET_VALUE_MARKER = "[MASKED_SECRET_VALUE]"
 

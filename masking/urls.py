@@ -3,7 +3,7 @@
 - **userinfo**: ``postgres://app:pa/ss@db`` (a password may hold ``/``, ``:`` or ``@``
   though it should not), ``https://<token>@github.com``, a Sentry DSN's key;
 - **query and fragment**: ``?token=…&X-Amz-Signature=…``, ``#access_token=…`` — masked by
-  name like any assignment (agents/masking/assignments.py), a query value ending at ``&``;
+  name like any assignment (masking/assignments.py), a query value ending at ``&``;
 - **path**: a webhook's secret is its path (Slack, Discord, Teams, Mattermost,
   Zapier, Google Chat…): everything after a ``hooks``/``webhook(s)`` segment that is not
   a plain word is masked.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from agents.masking.names import is_placeholder
+from masking.names import is_placeholder
 
 
 def _marker(name: str) -> str:

@@ -28,10 +28,10 @@ import logging
 import re
 from dataclasses import dataclass
 
-from agents.masking import detectors, encodings, kubernetes, patterns
-from agents.masking.bounded import storable
-from agents.masking.kubernetes import SECRET_VALUE_MARKER
-from agents.masking.patterns import PATTERN_NAMES
+from masking import detectors, encodings, kubernetes, patterns
+from masking.bounded import storable
+from masking.kubernetes import SECRET_VALUE_MARKER
+from masking.patterns import PATTERN_NAMES
 
 __all__ = [
     "PATTERN_NAMES",

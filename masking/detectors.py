@@ -30,7 +30,7 @@ from detect_secrets.plugins.stripe import StripeDetector
 from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from detect_secrets.plugins.twilio import TwilioKeyDetector
 
-from agents.masking.patterns import marker
+from masking.patterns import marker
 
 DETECTORS: tuple[RegexBasedDetector, ...] = tuple(
     detector()

@@ -17,7 +17,13 @@ from typing import Any
 import yaml
 from django.conf import settings
 
-from agents.config_types import (
+from config.builtin import (
+    CHAT_INSTRUCTIONS,
+    EXEC_SUMMARY_INSTRUCTIONS,
+    SCORING_INSTRUCTIONS,
+    SYNTHESIS_INSTRUCTIONS,
+)
+from config.types import (
     ACTION,
     EXEC_SUMMARY,
     INVESTIGATION,
@@ -50,15 +56,9 @@ from agents.config_types import (
     SystemConfig,
     TarsyConfig,
 )
-from agents.masking.bounded import UnsafeInput, load_yaml
-from agents.masking.patterns import KNOWN_PATTERNS, PATTERN_GROUPS
-from agents.prompts import (
-    CHAT_INSTRUCTIONS,
-    EXEC_SUMMARY_INSTRUCTIONS,
-    SCORING_INSTRUCTIONS,
-    SYNTHESIS_INSTRUCTIONS,
-)
 from llm.types import NATIVE_TOOLS
+from masking.bounded import UnsafeInput, load_yaml
+from masking.patterns import KNOWN_PATTERNS, PATTERN_GROUPS
 
 AGENT_TYPES = {
     INVESTIGATION: "iterating investigation agent with tools (the default)",

@@ -1,4 +1,4 @@
-"""Typed, immutable configuration objects parsed from tarsy.yaml (see agents/config.py)."""
+"""Typed, immutable configuration objects parsed from tarsy.yaml (see config/loader.py)."""
 
 from __future__ import annotations
 
