@@ -38,7 +38,7 @@ from sessions.models import (
     ExecutionStatus,
     StageType,
 )
-from sessions.supervision import Interruption
+from sessions.services.leases import Interruption
 
 logger = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from agents import tool_results
 from agents.prompts import forced_conclusion
 from agents.recorder import Recorder, message_to_json
 from agents.resolver import AgentSettings, ProviderChoice
+from agents.tools import results as tool_results
 from config.types import CostEstimation, MCPServerConfig
 from llm.errors import CONNECTION_ERROR
 from llm.types import (

@@ -21,7 +21,6 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from agents.recorder import db
-from agents.runbooks import session_runbook
 from agents.runs import RunControl, SessionRun
 from agents.stages import (
     SessionFailure,
@@ -31,9 +30,11 @@ from agents.stages import (
     run_stage,
 )
 from config.loader import get_config
-from sessions import services
-from sessions.models import AlertSession, SessionStatus
-from sessions.supervision import Interruption
+from config.types import TarsyConfig
+from masking import mask_text
+from sessions import runbooks, services
+from sessions.models import AlertSession, SessionStatus, TimelineEventType
+from sessions.services.leases import Interruption
 
 logger = logging.getLogger(__name__)
 
@@ -280,3 +281,31 @@ async def _run_chain(
         previous = f"{previous}\n\n{context}".strip()
     summary, summary_error = await executive_summary(run, analysis)
     return analysis, summary, summary_error
+
+
+async def session_runbook(
+    session: AlertSession, lease: services.Lease, config: TarsyConfig
+) -> str:
+    """The runbook the session's agents read: the alert's (URL or text), else the default.
+    A URL that cannot be fetched leaves a warning on the timeline and no runbook."""
+    url = session.runbook_url
+    text = session.runbook
+    if not url and not text:
+        default = config.defaults.runbook.strip()
+        url, text = (default, "") if runbooks.looks_like_url(default) else ("", default)
+    if not url:
+        return text
+    try:
+        # httpx's client is synchronous here; the thread keeps the event loop free.
+        return await asyncio.to_thread(runbooks.fetch, url, config)
+    except Exception as exc:  # whatever it was, the investigation goes on (fail open)
+        reason = mask_text(str(exc)) or type(exc).__name__
+        logger.warning("session %s: runbook %s: %s", session.id, url, reason)
+        await db(services.timeline_event_add)(
+            lease=lease,
+            event_type=TimelineEventType.WARNING,
+            content=f"The runbook could not be fetched ({reason}); the investigation goes on "
+            "without it.",
+            metadata={"source": "runbook", "url": url},
+        )
+        return ""

@@ -19,10 +19,10 @@ from agents.controller import (
     SingleShotController,
     SubAgents,
 )
-from agents.mcp_client import MCPServerError
 from agents.recorder import Recorder, db
 from agents.resolver import ResolvedAgent
-from agents.toolbox import ToolBox
+from agents.tools.mcp_client import MCPServerError
+from agents.tools.toolbox import ToolBox
 from config.types import ChainConfig, TarsyConfig
 from llm.types import ConversationMessage
 from masking import mask_text
@@ -81,7 +81,7 @@ class SessionRun:
     chain: ChainConfig
     control: RunControl = field(default_factory=RunControl)
     next_stage_index: int = 0
-    runbook: str = ""  # resolved when the session starts (agents/runbooks.py)
+    runbook: str = ""  # resolved when the session starts (sessions/runbooks.py)
 
     def stage_index(self) -> int:
         index = self.next_stage_index

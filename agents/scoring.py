@@ -47,10 +47,9 @@ from sessions.models import (
     TimelineEventType,
 )
 from sessions.services import scoring as score_services
-from sessions.services.leases import LeaseLost, ScoreLease
+from sessions.services.leases import Interruption, LeaseLost, ScoreLease
 from sessions.services.scoring import ScoreResult
 from sessions.services.shutdown import score_requeue
-from sessions.supervision import Interruption
 
 logger = logging.getLogger(__name__)
 

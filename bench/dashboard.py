@@ -213,7 +213,7 @@ def query_plan(state_query: str) -> str:
     from django.db import connection
     from django.http import QueryDict
 
-    from sessions import listing
+    from web import listing
 
     state = listing.ListState.from_query(QueryDict(state_query))
     sql, params = listing.history(state)[:25].query.sql_with_params()

@@ -8,10 +8,10 @@ from typing import Any
 
 from django.conf import settings
 
-from agents import runbooks
 from config.loader import get_config
 from masking import mask_alert
 from masking.bounded import UnsafeInput, load_json
+from sessions import runbooks
 
 
 class AlertRejected(Exception):
@@ -48,7 +48,7 @@ NATIVE_TOOLS = ("google_search", "code_execution", "url_context")
 def read_json_body(raw: bytes) -> dict[str, Any]:
     """The request body as a JSON object; ``AlertRejected`` names what is wrong with it."""
     try:
-        # The body's size is bounded by the caller (sessions.rest.common.BODY_LIMIT).
+        # The body's size is bounded by the caller (api.rest.common.BODY_LIMIT).
         body = load_json(
             raw or b"",
             what="request body",
@@ -156,7 +156,7 @@ def _fingerprint(value: Any) -> str:
             f"{FINGERPRINT_LIMIT}"
         )
     # Some text of the Slack message, so maybe a secret pasted in it; the thread look-up
-    # masks the channel's messages the same way before comparing (sessions/slack.py). A
+    # masks the channel's messages the same way before comparing (worker/slack.py). A
     # marker longer than the secret it replaces may push it over the column's length: a
     # shorter fingerprint still finds the message.
     return mask_alert(value.strip())[:FINGERPRINT_LIMIT]

@@ -2,7 +2,7 @@
 
 Every WebSocket handshake passes the same-origin check first, then authenticates by the
 session cookie, or by ``Authorization: Bearer <token>`` or a trusted proxy's user header
-(``/api/v1/ws`` clients; sessions/ws_api.py).
+(``/api/v1/ws`` clients; api/ws.py).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ django_application = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from sessions.routing import websocket_urlpatterns  # noqa: E402
-from sessions.ws_api import BearerTokenMiddleware  # noqa: E402
+from api.ws import BearerTokenMiddleware  # noqa: E402
+from tarsy_site.routing import websocket_urlpatterns  # noqa: E402
 from tarsy_site.websocket import SameOriginValidator  # noqa: E402
 
 application = ProtocolTypeRouter(

@@ -4,7 +4,7 @@
 carries one ("A string literal cannot contain NUL"): a NUL in a search box, a filter, a
 form field or a cookie would otherwise reach a query and end in a 500. Every request is
 refused up front with a 400 that says why instead. The REST API is left to itself: it
-checks its bodies and parameters where it reads them (sessions/rest/common.py) and
+checks its bodies and parameters where it reads them (api/rest/common.py) and
 answers in its own JSON error shape, naming the field.
 """
 

@@ -43,12 +43,14 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     # Before django_q: its qcluster command (with TARSy's supervision) replaces django-q2's.
-    "sessions.apps.SessionsConfig",
+    "worker.apps.WorkerConfig",
     "django_q",
     "django_htmx",
     "ninja",  # its static files: Swagger UI served from here, not a CDN
+    "sessions.apps.SessionsConfig",
     "llm",
     "agents",
+    "web.apps.WebConfig",
 ]
 
 MIDDLEWARE = [
@@ -80,7 +82,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "sessions.context_processors.demo_provider",
+                "web.context_processors.demo_provider",
             ],
         },
     },
@@ -210,7 +212,7 @@ TARSY_TRANSIENT_EVENT_TTL = env_float("TARSY_TRANSIENT_EVENT_TTL", 3600, minimum
 TARSY_LLM_FIRST_CHUNK_TIMEOUT = env_float("TARSY_LLM_FIRST_CHUNK_TIMEOUT", 120, minimum=0.1)
 TARSY_LLM_STALL_TIMEOUT = env_float("TARSY_LLM_STALL_TIMEOUT", 60, minimum=0.1)
 TARSY_LLM_CALL_TIMEOUT = env_float("TARSY_LLM_CALL_TIMEOUT", 300, minimum=0.1)
-# Workers and leases (sessions/services.py, sessions/supervision.py).
+# Workers and leases (sessions/services.py, worker/supervision.py).
 TARSY_HEARTBEAT_INTERVAL = env_float("TARSY_HEARTBEAT_INTERVAL", 10, minimum=0.1)
 TARSY_ORPHAN_THRESHOLD = env_float("TARSY_ORPHAN_THRESHOLD", 60, minimum=1)
 TARSY_LEASE_CHECK_INTERVAL = env_float("TARSY_LEASE_CHECK_INTERVAL", 0.5, minimum=0.05)
@@ -220,17 +222,17 @@ TARSY_MAX_CONCURRENT_SESSIONS = env_int("TARSY_MAX_CONCURRENT_SESSIONS", 5, mini
 # A qcluster told to stop (SIGTERM, SIGINT) takes no more work at once and gives the work
 # it runs this long to finish; then it ends what still runs (failed, or queued again with
 # TARSY_SHUTDOWN_REQUEUE) and exits. The default leaves room inside Kubernetes' default
-# 30 s terminationGracePeriodSeconds (sessions/supervision.py).
+# 30 s terminationGracePeriodSeconds (worker/supervision.py).
 TARSY_SHUTDOWN_GRACE = env_float("TARSY_SHUTDOWN_GRACE", 20, minimum=0)
 TARSY_SHUTDOWN_REQUEUE = env_bool("TARSY_SHUTDOWN_REQUEUE", default=False)
-# MCP servers shared by all sessions of a worker (agents/mcp_hub.py); false: one set of
+# MCP servers shared by all sessions of a worker (agents/tools/mcp_hub.py); false: one set of
 # server processes per agent execution, as before.
 TARSY_MCP_SHARED = env_bool("TARSY_MCP_SHARED", default=True)
 # A worker lists each of its servers' tools this often and records their health.
 TARSY_MCP_HEALTH_INTERVAL = env_float("TARSY_MCP_HEALTH_INTERVAL", 15, minimum=0.1)
 # The qcluster imports the LLM backends its providers use before forking workers.
 TARSY_WARM_BACKENDS = env_bool("TARSY_WARM_BACKENDS", default=True)
-# Tool results, in estimated tokens (characters / 4; agents/tool_results.py): what a
+# Tool results, in estimated tokens (characters / 4; agents/tools/results.py): what a
 # timeline item keeps, the most any tool call hands the model, and the most of a result
 # a summariser reads.
 TARSY_TOOL_RESULT_STORAGE_TOKENS = env_int("TARSY_TOOL_RESULT_STORAGE_TOKENS", 8000, minimum=100)

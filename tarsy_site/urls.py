@@ -7,9 +7,9 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from django.views.decorators.http import require_GET
 
-from sessions import metrics_views
-from sessions.rest import api, api_urlpatterns
-from sessions.rest.system import health_response
+from api import metrics_views
+from api.rest import api, api_urlpatterns
+from api.rest.system import health_response
 
 
 @login_not_required
@@ -32,5 +32,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/docs", api_docs, name="api-docs"),
     path("api/v1/", include((api_urlpatterns, "api-v1"), namespace="api-v1")),
-    path("", include("sessions.urls")),
+    path("", include("web.urls")),
 ]

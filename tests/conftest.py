@@ -20,7 +20,7 @@ from sessions.services import Lease
 def fresh_mcp_hub():
     """Each test starts the MCP servers it uses: no server outlives its test."""
     yield
-    from agents import mcp_hub
+    from agents.tools import mcp_hub
 
     if mcp_hub._hub is not None:
         mcp_hub._hub.close()

@@ -7,7 +7,7 @@ Checked for each input: the child survives, it finishes in ``TIME_LIMIT``, no pl
 Secret value comes out of the masking (nor of the page showing the masked alert), and
 nothing the input did not hold becomes unstorable (a NUL, a lone surrogate).
 
-Covers agents/masking, sessions/markdown.py and sessions/templatetags/tarsy.py; it sits at
+Covers agents/masking, web/markdown.py and web/templatetags/tarsy.py; it sits at
 the top of tests/ because it crosses those layers, like the corpus it runs.
 """
 
@@ -36,8 +36,8 @@ def _entry_points() -> dict[str, Any]:
 
     from masking import mask_alert, mask_tool_result
     from masking.bounded import load_json, load_yaml_all, storable
-    from sessions.markdown import render
-    from sessions.templatetags.tarsy import alert_format
+    from web.markdown import render
+    from web.templatetags.tarsy import alert_format
 
     def bounded_yaml(text: str) -> str:
         try:

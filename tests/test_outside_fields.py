@@ -17,7 +17,7 @@ must say where its text comes from) and for a classified field that has gone:
   ways round the premise are known: Gemini's native tools (search, URL context, code
   execution) read pages and run code the masking never sees, and the model can decode
   an encoding the masking does not recognise. What leaves TARSy for Slack is therefore
-  masked again (sessions/slack.py).
+  masked again (worker/slack.py).
 - ``IDENTIFIER``: a name or id another system gave its own thing (an MCP tool's name, a
   provider's tool-call id, a Slack message's ``ts``), kept verbatim because it is sent
   back verbatim.
@@ -43,9 +43,9 @@ from django.db import models
 from django.test import Client
 from mcp.types import Tool
 
-from agents.mcp_hub import record_health
+from agents.tools.mcp_hub import record_health
 from llm.models import LLMProvider
-from sessions import services, slack
+from sessions import services
 from sessions.models import (
     AlertSession,
     ChatMessage,
@@ -55,10 +55,11 @@ from sessions.models import (
     TimelineEvent,
 )
 from sessions.services import scoring as score_services
-from sessions.tasks import run_session
 from tests import secrets_corpus
 from tests.conftest import running_session
 from tests.sessions.slack_server import LocalSlack
+from worker import slack
+from worker.tasks import run_session
 
 pytestmark = pytest.mark.django_db
 
@@ -206,9 +207,9 @@ FIELDS: dict[str, Source] = {
     f"{S}.WorkerCluster.host": internal("socket.gethostname() of our worker"),
     f"{S}.MCPServerHealth.server_id": internal("an MCP server of tarsy.yaml"),
     f"{S}.MCPServerHealth.tools": outside(
-        "agents.mcp_hub.record_health: descriptions masked, names are IDENTIFIERs"
+        "agents.tools.mcp_hub.record_health: descriptions masked, names are IDENTIFIERs"
     ),
-    f"{S}.MCPServerHealth.error": outside("agents.mcp_hub.record_health: the server's stderr"),
+    f"{S}.MCPServerHealth.error": outside("agents.tools.mcp_hub.record_health: the server's stderr"),
     f"{S}.ApiToken.token_hash": internal("SHA-256 of a token we generated"),
     f"{S}.ApiToken.prefix": internal("the first characters of a token we generated"),
     f"{S}.SessionSearch.body": derived("the session's masked and model texts"),
@@ -239,7 +240,7 @@ FIELDS: dict[str, Source] = {
     f"{S}.SlackMessage.channel": internal("system.slack.channel of tarsy.yaml"),
     f"{S}.SlackMessage.thread_ts": identifier("Slack's id of the alert's message"),
     f"{S}.SlackMessage.ts": identifier("Slack's id of the message we posted"),
-    f"{S}.SlackMessage.error": outside("sessions.slack.deliver: Slack's answer"),
+    f"{S}.SlackMessage.error": outside("worker.slack.deliver: Slack's answer"),
     # An operator's input in the admin, kept and shown as typed: refused when it looks
     # like a secret, since a masked URL or name would not work.
     "llm.LLMProvider.name": outside("llm.models.LLMProvider.clean (refused)"),

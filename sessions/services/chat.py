@@ -152,7 +152,7 @@ def _enqueue(message_id: Any) -> None:
     ORM broker it commits with the question, or neither does."""
     try:
         async_task(
-            "sessions.tasks.run_chat_message",
+            "worker.tasks.run_chat_message",
             str(message_id),
             task_name=f"chat-{message_id}",
             group="chat",

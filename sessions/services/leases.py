@@ -137,3 +137,12 @@ def _cancelled_executions(**where: Any) -> tuple[tuple[int, str], ...]:
             status__in=[ExecutionStatus.PENDING, ExecutionStatus.ACTIVE],
         ).values_list("id", "cancel_reason")
     )
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """Why a worker must end the work it runs now, and how: ``failed`` with the reason,
+    or back to the queue (``requeue``) to run again from the start."""
+
+    reason: str
+    requeue: bool = False

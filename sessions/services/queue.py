@@ -42,7 +42,7 @@ def session_enqueue(*, session_id: Any) -> None:
     """Queue the task that runs a session (by dotted path: services do not import tasks)."""
     try:
         async_task(
-            "sessions.tasks.run_session",
+            "worker.tasks.run_session",
             str(session_id),
             task_name=f"session-{session_id}",
             group="sessions",

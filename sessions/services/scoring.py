@@ -112,7 +112,7 @@ def score_request(*, session_id: Any, triggered_by: str) -> SessionScore:
             raise ScoringInProgress("scoring already in progress for this session") from None
         _publish(score)
         async_task(
-            "sessions.tasks.score_session",
+            "worker.tasks.score_session",
             str(score.id),
             task_name=f"score-{score.id}",
             group="scoring",
@@ -331,7 +331,7 @@ def scores_requeue_lost(*, older_than_seconds: float) -> list[Any]:
             # Conditional, so that two clusters' recoveries queue one task, not two.
             if lost.filter(id=score_id).update(heartbeat_at=timezone.now()):
                 async_task(
-                    "sessions.tasks.score_session",
+                    "worker.tasks.score_session",
                     str(score_id),
                     task_name=f"score-{score_id}",
                     group="scoring",

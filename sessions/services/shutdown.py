@@ -1,4 +1,4 @@
-"""What a stopping worker cluster hands back (sessions/supervision.py, "Stopping").
+"""What a stopping worker cluster hands back (worker/supervision.py, "Stopping").
 
 - Work it pulled but did not start: the pending session, chat question or scoring gets
   its task queued again at once (``work_requeue_pulled``, and each ``*_requeue_unstarted``
@@ -84,16 +84,18 @@ def score_requeue_unstarted(*, score_id: Any, queued_before: datetime) -> bool:
 
 
 _UNSTARTED = {
-    "sessions.tasks.run_session": lambda work_id, before: session_requeue_unstarted(
+    "worker.tasks.run_session": lambda work_id, before: session_requeue_unstarted(
         session_id=work_id, queued_before=before
     ),
-    "sessions.tasks.run_chat_message": lambda work_id, before: chat_message_requeue_unstarted(
+    "worker.tasks.run_chat_message": lambda work_id, before: chat_message_requeue_unstarted(
         message_id=work_id, queued_before=before
     ),
-    "sessions.tasks.score_session": lambda work_id, before: score_requeue_unstarted(
+    "worker.tasks.score_session": lambda work_id, before: score_requeue_unstarted(
         score_id=work_id, queued_before=before
     ),
 }
+# Rows queued before the task bodies moved to worker/ name them ``sessions.tasks.*``.
+_UNSTARTED.update({name.replace("worker.", "sessions.", 1): f for name, f in _UNSTARTED.items()})
 
 
 def work_requeue_pulled(*, queued_before: datetime) -> int:
@@ -113,7 +115,7 @@ def work_requeue_pulled(*, queued_before: datetime) -> int:
 
 def _enqueue_score(score_id: Any) -> None:
     async_task(
-        "sessions.tasks.score_session",
+        "worker.tasks.score_session",
         str(score_id),
         task_name=f"score-{score_id}",
         group="scoring",

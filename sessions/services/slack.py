@@ -2,7 +2,7 @@
 
 ``notify_on_start`` and ``notify_on_end`` run inside the transaction that starts or ends
 the session (``followups``), so the task exists exactly when the change commits. The
-task (``sessions.tasks.slack_notify``) posts through ``sessions/slack.py`` and records
+task (``worker.tasks.slack_notify``) posts through ``worker/slack.py`` and records
 the outcome here.
 """
 
@@ -72,7 +72,7 @@ def _queue(session_id: Any, kind: str) -> None:
     try:
         with transaction.atomic():
             async_task(
-                "sessions.tasks.slack_notify",
+                "worker.tasks.slack_notify",
                 str(session_id),
                 str(kind),
                 task_name=f"slack-{kind}-{session_id}",

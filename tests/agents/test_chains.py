@@ -30,7 +30,7 @@ from sessions.models import (
     Stage,
     TimelineEvent,
 )
-from sessions.tasks import run_session
+from worker.tasks import run_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,7 +17,7 @@ from sessions.models import (
     Stage,
     TimelineEvent,
 )
-from sessions.tasks import run_chat_message, run_session
+from worker.tasks import run_chat_message, run_session
 
 # --- which agent, which tools --------------------------------------------------------------------
 

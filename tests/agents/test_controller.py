@@ -16,7 +16,7 @@ from sessions.models import (
     SessionEvent,
     TimelineEvent,
 )
-from sessions.tasks import run_session
+from worker.tasks import run_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.mcp_client import MCPClientPool, MCPServerError
+from agents.tools.mcp_client import MCPClientPool, MCPServerError
 from config.types import MCPServerConfig, StdioTransport
 from tests.agents.test_mcp_transports import npm_servers
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from agents.mcp_client import MCPClientPool, MCPServerError
+from agents.tools.mcp_client import MCPClientPool, MCPServerError
 from config.types import MCPServerConfig, StdioTransport
 
 # One event loop for the module, so the read-only tests can share one pool of servers.

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.mcp_hub import hub
-from agents.toolbox import ToolBox
+from agents.tools.mcp_hub import hub
+from agents.tools.toolbox import ToolBox
 from config.types import MCPServerConfig, StdioTransport
 
 SERVER = str(Path(__file__).with_name("misbehaving_mcp_server.py"))

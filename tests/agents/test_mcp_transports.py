@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.mcp_client import MCPClientPool, MCPServerError
-from agents.toolbox import ToolBox
+from agents.tools.mcp_client import MCPClientPool, MCPServerError
+from agents.tools.toolbox import ToolBox
 from config.types import HttpTransport, MCPServerConfig, StdioTransport
 
 NPM_DIR = Path(__file__).parents[1] / "npm"

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from agents import runbooks
+from sessions import runbooks
 from sessions.models import AlertSession, LLMInteraction, TimelineEvent
-from sessions.tasks import run_session
 from tests.agents.github_server import LocalGitHub
+from worker.tasks import run_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

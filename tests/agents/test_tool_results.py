@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.tool_results import estimate_tokens, truncate
+from agents.tools.results import estimate_tokens, truncate
 from sessions import services
 from sessions.models import (
     AlertSession,
@@ -18,7 +18,7 @@ from sessions.models import (
     SessionEvent,
     TimelineEvent,
 )
-from sessions.tasks import run_session
+from worker.tasks import run_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

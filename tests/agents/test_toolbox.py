@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from agents import toolbox
-from agents.mcp_client import MCPServerError
-from agents.toolbox import ToolBox
+from agents.tools import toolbox
+from agents.tools.mcp_client import MCPServerError
+from agents.tools.toolbox import ToolBox
 from config.types import MCPServerConfig, StdioTransport
 
 DEMO = {
@@ -59,7 +59,7 @@ async def test_leaving_before_the_servers_are_up_stops_them():
 def test_warming_fills_the_catalog_for_each_agents_servers():
     from pathlib import Path
 
-    from agents.toolbox import _fingerprint, agent_servers, warm_catalog
+    from agents.tools.toolbox import _fingerprint, agent_servers, warm_catalog
     from config.loader import load_config
 
     config = load_config(Path(__file__).parents[2] / "config" / "tarsy.yaml")

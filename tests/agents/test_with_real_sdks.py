@@ -8,11 +8,11 @@ import pytest
 from llm.models import LLMProvider
 from sessions import services
 from sessions.models import LLMInteraction, TimelineEvent
-from sessions.tasks import run_session
 from tests.llm.conftest import fake_gemini  # noqa: F401 - fixture
 from tests.llm.fakes import gemini
 from tests.llm.fakes.fixtures import openai_server  # noqa: F401 - fixture
 from tests.llm.fakes.openai_chat import openai_error
+from worker.tasks import run_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

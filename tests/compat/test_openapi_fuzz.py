@@ -15,6 +15,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 from hypothesis import HealthCheck, settings
 
+from api.rest import api
 from sessions.models import (
     AgentExecution,
     AlertSession,
@@ -23,7 +24,6 @@ from sessions.models import (
     Stage,
     TimelineEvent,
 )
-from sessions.rest import api
 
 pytestmark = pytest.mark.django_db
 

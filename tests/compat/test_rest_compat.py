@@ -12,10 +12,10 @@ import jsonschema
 import pytest
 from django.test import Client
 
+from api.rest import api
 from sessions.auth import api_token_create
 from sessions.models import AlertSession, SessionStatus
-from sessions.rest import api
-from sessions.tasks import run_session
+from worker.tasks import run_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -18,9 +18,11 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.utils import timezone
 
-from sessions import protocol, services
+from api import protocol
+from live.metrics import WEBSOCKET_CONNECTIONS
+from live.relay import event_message, session_group
+from sessions import services
 from sessions.auth import api_token_create
-from sessions.metrics import WEBSOCKET_CONNECTIONS
 from sessions.models import (
     ApiToken,
     ExecutionStatus,
@@ -30,7 +32,6 @@ from sessions.models import (
     TimelineEventStatus,
     TimelineEventType,
 )
-from sessions.relay import event_message, session_group
 from sessions.services.events import publish_session_status
 from tarsy_site.asgi import application
 from tests.conftest import running_session

@@ -18,9 +18,9 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
-from agents import mcp_hub
+from agents.tools import mcp_hub
 from config.loader import get_config
-from sessions import live, services
+from sessions import services
 from sessions.models import (
     AgentExecution,
     AlertSession,
@@ -31,10 +31,11 @@ from sessions.models import (
     Stage,
     TimelineEvent,
 )
-from sessions.routing import websocket_urlpatterns
 from sessions.selectors import latest_event_id
 from sessions.services import ChatLease
-from sessions.tasks import run_chat_message, run_session
+from tarsy_site.routing import websocket_urlpatterns
+from web import fragments as live
+from worker.tasks import run_chat_message, run_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -584,7 +585,7 @@ def test_the_reaper_ends_a_cancelling_answer_whose_worker_died_cancelled(client,
 
 
 def test_a_question_whose_task_was_lost_is_queued_again_once(settings):
-    from sessions.supervision import recover
+    from worker.supervision import recover
 
     settings.TARSY_PENDING_RECOVERY_AFTER = 60
     session = stored_session("completed")

@@ -9,11 +9,11 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
+from live.relay import event_message, session_group
 from sessions import services
 from sessions.models import AlertSession, SessionEvent, TimelineEventStatus, TimelineEventType
-from sessions.relay import event_message, session_group
-from sessions.routing import websocket_urlpatterns
 from sessions.services import Lease
+from tarsy_site.routing import websocket_urlpatterns
 from tests.conftest import running_session
 
 # Every consumer test needs a real transaction: the consumer reads from other threads.

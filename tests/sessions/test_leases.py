@@ -25,8 +25,8 @@ from sessions.models import (
     TimelineEvent,
 )
 from sessions.services import Lease, LeaseLost
-from sessions.tasks import run_session
 from tests.conftest import running_session
+from worker.tasks import run_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -178,7 +178,7 @@ def test_a_worker_that_lost_its_session_stops_and_writes_nothing(scripted_provid
 
 
 def test_a_worker_whose_cluster_died_ends_its_session_with_the_reason(scripted_provider, settings):
-    from sessions import supervision
+    from worker import supervision
 
     settings.TARSY_LEASE_CHECK_INTERVAL = 0.05
     scripted_provider([{"text": "one two three four five six seven eight", "chunk_delay": 0.2}])
@@ -205,7 +205,7 @@ def test_a_worker_whose_cluster_died_ends_its_session_with_the_reason(scripted_p
 
 
 def test_a_worker_whose_cluster_died_takes_no_new_session():
-    from sessions import supervision
+    from worker import supervision
 
     session = submit()
     supervision._parent_lost.set()
@@ -285,7 +285,7 @@ def test_a_dead_clusters_pending_sessions_are_queued_again_once_it_is_known_dead
 
 
 def test_recover_runs_every_step(settings):
-    from sessions.supervision import recover
+    from worker.supervision import recover
 
     stale, _ = running_session()
     make_stale(stale)

@@ -295,7 +295,7 @@ def test_each_llm_call_adds_to_the_session_totals(client):
 
 
 def test_status_filter_choices_cover_every_ended_status():
-    from sessions.listing import HISTORY_STATUSES
+    from web.listing import HISTORY_STATUSES
 
     assert set(HISTORY_STATUSES) == {
         SessionStatus.COMPLETED,
@@ -306,7 +306,7 @@ def test_status_filter_choices_cover_every_ended_status():
 
 
 def test_a_search_matching_many_sessions_counts_to_a_cap_and_pages_the_newest(client, monkeypatch):
-    monkeypatch.setattr("sessions.listing.SEARCH_COUNT_CAP", 3)
+    monkeypatch.setattr("web.listing.SEARCH_COUNT_CAP", 3)
     matching = [ended(f"common word {n}") for n in range(5)]
     page = client.get("/?q=common&per_page=10").content.decode()
     assert "3+ sessions match" in page

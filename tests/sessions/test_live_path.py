@@ -26,8 +26,8 @@ from sessions.models import (
     TimelineEventStatus,
     TimelineEventType,
 )
-from sessions.routing import websocket_urlpatterns
 from sessions.services.events import event_publish
+from tarsy_site.routing import websocket_urlpatterns
 from tests.conftest import running_session
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,4 +1,4 @@
-"""Markdown rendering's bounds (sessions/markdown.py): the same HTML as markdown-it-py's
+"""Markdown rendering's bounds (web/markdown.py): the same HTML as markdown-it-py's
 own, in linear time; nesting capped before nh3 sees it; long text shown as sent."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from sessions import markdown
+from web import markdown
 
 
 @settings(max_examples=500, deadline=None)

@@ -8,8 +8,8 @@ from django.utils import timezone
 
 from sessions import services
 from sessions.models import AlertSession, LLMInteraction, MCPServerHealth, TimelineEvent
-from sessions.tasks import run_session
 from tests.sessions.test_api import post_alert
+from worker.tasks import run_session
 
 GET_PODS = {"name": "kubernetes.get_pods", "arguments": {"namespace": "payments"}}
 GET_EVENTS = {"name": "kubernetes.get_events", "arguments": {"namespace": "payments"}}
@@ -160,7 +160,7 @@ def test_the_agent_gets_only_the_selected_tools(scripted_provider):
 async def test_a_tool_outside_the_selection_is_refused_by_the_toolbox():
     import sys
 
-    from agents.toolbox import ToolBox
+    from agents.tools.toolbox import ToolBox
     from config.types import MCPServerConfig, StdioTransport
 
     servers = {

@@ -16,7 +16,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from sessions import metrics, selectors, services
+from api import metrics
+from sessions import selectors, services
 from sessions.auth import api_token_create
 from sessions.models import (
     AgentExecution,
@@ -233,7 +234,7 @@ def test_only_live_worker_clusters_and_their_workers_are_counted(staff_client, s
 
 @pytest.mark.django_db(transaction=True)
 def test_a_session_run_by_the_scripted_provider_is_reported(demo_provider):
-    from sessions.tasks import run_session
+    from worker.tasks import run_session
 
     ran = services.session_create(
         alert_type="PodCrashLooping",
@@ -309,7 +310,7 @@ def test_a_database_failure_is_reported_not_a_500(staff_client, monkeypatch, cap
         raise OperationalError("database is locked")
 
     monkeypatch.setattr(selectors, "queue_state", locked)
-    with caplog.at_level(logging.WARNING, logger="sessions.metrics"):
+    with caplog.at_level(logging.WARNING, logger="api.metrics"):
         samples = scrape(staff_client)
     assert samples["tarsy_database_up{}"] == 0
     assert not [key for key in samples if key.startswith("tarsy_sessions")]

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
+from live.relay import HOLE_GRACE, MAX_HOLES, EventRelay
 from sessions.models import SessionEvent
-from sessions.relay import HOLE_GRACE, MAX_HOLES, EventRelay
 
 
 class Clock:

@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from sessions import live, services
+from sessions import services
 from sessions.models import AlertSession, ReviewActivity, SessionEvent
 from sessions.services import review
 from sessions.services.review import (
@@ -23,6 +23,7 @@ from sessions.services.review import (
 )
 from tests.conftest import running_session
 from tests.secrets_corpus import LINES
+from web import fragments as live
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,8 @@ from django.utils import timezone
 from django_q.models import OrmQ
 
 from agents.scoring import execute_scoring
+from live.relay import event_message
 from sessions import services
-from sessions.consumers import SessionConsumer
 from sessions.models import (
     AlertSession,
     LLMInteraction,
@@ -21,11 +21,11 @@ from sessions.models import (
     Stage,
     TimelineEvent,
 )
-from sessions.relay import event_message
 from sessions.services import scoring as score_services
-from sessions.supervision import Interruption
-from sessions.tasks import run_session, score_session
 from tests.conftest import running_session
+from web.consumers import SessionConsumer
+from worker.supervision import Interruption
+from worker.tasks import run_session, score_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -83,7 +83,7 @@ def test_a_completed_session_of_a_chain_with_scoring_gets_a_pending_auto_score_a
     session = ended()
     score = SessionScore.objects.get(session=session)
     assert (score.status, score.score_triggered_by) == ("pending", "auto")
-    assert queued_tasks("sessions.tasks.score_session") == [str(score.id)]
+    assert queued_tasks("worker.tasks.score_session") == [str(score.id)]
     assert SessionEvent.objects.filter(session=session, type="session.score_updated").exists()
 
 
@@ -91,7 +91,7 @@ def test_a_completed_session_of_a_chain_with_scoring_gets_a_pending_auto_score_a
 def test_a_session_that_did_not_complete_is_not_scored_automatically(status):
     session = ended(status)
     assert not session.scores.exists()
-    assert queued_tasks("sessions.tasks.score_session") == []
+    assert queued_tasks("worker.tasks.score_session") == []
 
 
 def test_a_chain_without_scoring_enabled_is_not_scored_automatically():
@@ -110,7 +110,7 @@ def test_the_queued_score_rolls_back_with_the_end_of_the_session():
     with pytest.raises(RuntimeError):
         end_then_fail()
     assert not SessionScore.objects.exists()
-    assert queued_tasks("sessions.tasks.score_session") == []
+    assert queued_tasks("worker.tasks.score_session") == []
 
 
 # --- the scoring run ---------------------------------------------------------------------------
@@ -296,7 +296,7 @@ def test_an_orphaned_running_score_is_timed_out_with_its_stage_closed(scripted_p
 
 
 def test_the_workers_recovery_pass_times_out_orphaned_scores(settings):
-    from sessions import supervision
+    from worker import supervision
 
     session = ended()
     score = session.scores.get()
@@ -319,7 +319,7 @@ def test_a_pending_score_whose_task_was_lost_is_queued_again_once():
     )
     assert services.scores_requeue_lost(older_than_seconds=60) == [score.id]
     assert services.scores_requeue_lost(older_than_seconds=60) == []
-    assert queued_tasks("sessions.tasks.score_session") == [str(score.id)] * 2
+    assert queued_tasks("worker.tasks.score_session") == [str(score.id)] * 2
 
 
 # --- re-scoring and the API ----------------------------------------------------------------

@@ -9,11 +9,11 @@ import pytest
 from django.test import Client
 
 from sessions import services
-from sessions.markdown import render
 from sessions.models import TimelineEvent, TimelineEventType
 from sessions.selectors import INLINE_RESULT_CHARS
-from sessions.templatetags.tarsy import alert_format
 from tests.conftest import running_session
+from web.markdown import render
+from web.templatetags.tarsy import alert_format
 
 pytestmark = pytest.mark.django_db
 ACTIVE_LINK = re.compile(r"<a\s[^>]*href=\"\s*javascript", re.IGNORECASE)

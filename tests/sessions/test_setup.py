@@ -41,7 +41,7 @@ def test_a_fresh_install_gets_a_login_and_the_demo_provider(tmp_path, capsys):
 def test_the_old_reaper_schedule_is_removed(capsys):
     # Every qcluster's supervisor reaps orphans now; a schedule left by an earlier
     # version would call a task that no longer exists.
-    Schedule.objects.create(name="tarsy-reap-orphans", func="sessions.tasks.reap_orphans")
+    Schedule.objects.create(name="tarsy-reap-orphans", func="worker.tasks.reap_orphans")
     call_command("tarsy_setup")
     assert not Schedule.objects.exists()
 

@@ -1,4 +1,4 @@
-"""A worker cluster told to stop (sessions/supervision.py, services/shutdown.py): it
+"""A worker cluster told to stop (worker/supervision.py, services/shutdown.py): it
 starts nothing more and queues again what it had pulled; at the deadline its workers end
 what still runs, failed with the reason or back in the queue, keeping what streamed.
 
@@ -21,7 +21,7 @@ import pytest
 from django.utils import timezone
 from django_q.models import OrmQ
 
-from sessions import services, supervision
+from sessions import services
 from sessions.models import (
     AgentExecution,
     AlertSession,
@@ -33,8 +33,9 @@ from sessions.models import (
 )
 from sessions.selectors import session_panels, stage_progress
 from sessions.services import Lease, LeaseLost
-from sessions.tasks import run_chat_message, run_session, score_session
 from tests.conftest import running_session
+from worker import supervision
+from worker.tasks import run_chat_message, run_session, score_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -159,10 +160,10 @@ def test_a_stopping_worker_starts_no_session_and_queues_it_again_once(stopping):
     assert run_session(str(session.id)) == "skipped: this worker's cluster is stopping"
     session.refresh_from_db()
     assert session.status == "pending"
-    assert tasks("sessions.tasks.run_session") == [str(session.id)] * 2  # the held one, and anew
+    assert tasks("worker.tasks.run_session") == [str(session.id)] * 2  # the held one, and anew
     # The same task handed to another stopping worker: queued again already.
     assert run_session(str(session.id)).startswith("skipped")
-    assert len(tasks("sessions.tasks.run_session")) == 2
+    assert len(tasks("worker.tasks.run_session")) == 2
 
 
 def test_a_stopping_worker_starts_no_answer_and_no_scoring(stopping):
@@ -174,8 +175,8 @@ def test_a_stopping_worker_starts_no_answer_and_no_scoring(stopping):
     assert score_session(str(score.id)).startswith("skipped")
     assert ChatMessage.objects.get(id=message.id).status == "pending"
     assert SessionScore.objects.get(id=score.id).status == "pending"
-    assert tasks("sessions.tasks.run_chat_message") == [str(message.id)] * 2
-    assert tasks("sessions.tasks.score_session") == [str(score.id)] * 2
+    assert tasks("worker.tasks.run_chat_message") == [str(message.id)] * 2
+    assert tasks("worker.tasks.score_session") == [str(score.id)] * 2
 
 
 def test_the_work_a_stopping_cluster_pulled_is_queued_again_once():
@@ -189,7 +190,7 @@ def test_the_work_a_stopping_cluster_pulled_is_queued_again_once():
 
     assert services.work_requeue_pulled(queued_before=began) == 1
     assert services.work_requeue_pulled(queued_before=began) == 0
-    queued = tasks("sessions.tasks.run_session")
+    queued = tasks("worker.tasks.run_session")
     assert queued.count(str(pulled.id)) == 2
     assert queued.count(str(waiting.id)) == 1  # its task is still there for anyone
     assert queued.count(str(running.id)) == 1
@@ -217,7 +218,7 @@ def test_a_stopping_clusters_broker_pulls_nothing_and_hands_back_a_pull_in_fligh
     monkeypatch.setattr(supervision.ORM, "dequeue", pull_as_the_stop_begins)
     assert broker.dequeue() is None
     assert OrmQ.objects.get().lock <= timezone.now()
-    assert tasks("sessions.tasks.run_session") == [str(session.id)]
+    assert tasks("worker.tasks.run_session") == [str(session.id)]
 
 
 # --- work running at the deadline ----------------------------------------------------------
@@ -263,7 +264,7 @@ def test_at_the_deadline_with_requeue_a_running_session_goes_back_to_the_queue(
     assert result == ["pending"]
     session.refresh_from_db()
     assert (session.status, session.lease_token, session.error_message) == ("pending", None, "")
-    assert tasks("sessions.tasks.run_session") == [str(session.id)] * 2
+    assert tasks("worker.tasks.run_session") == [str(session.id)] * 2
     error = TimelineEvent.objects.get(session=session, event_type="error")
     assert "queued again" in error.content
     assert error.stage.status == "failed"
@@ -281,7 +282,7 @@ def test_a_session_queued_again_keeps_what_it_streamed_and_closes_its_run():
     assert (session.status, session.lease_token, session.worker_id) == ("pending", None, "")
     assert session.first_stage_index == 1
     assert session.started_at == started_at
-    assert tasks("sessions.tasks.run_session") == [str(session.id)] * 2
+    assert tasks("worker.tasks.run_session") == [str(session.id)] * 2
     stage = Stage.objects.get(session=session)
     assert (stage.status, stage.error_message) == ("failed", REASON)
     assert AgentExecution.objects.get(session=session).status == "failed"
@@ -310,7 +311,7 @@ def test_the_requeue_decides_first_and_a_session_it_lost_gets_nothing():
 
     assert TimelineEvent.objects.count() == items
     assert Stage.objects.get(session=session).status == "active"
-    assert len(tasks("sessions.tasks.run_session")) == 1
+    assert len(tasks("worker.tasks.run_session")) == 1
 
 
 def test_a_session_being_cancelled_is_not_queued_again():
@@ -419,7 +420,7 @@ def test_an_answer_queued_again_is_written_again_in_its_stage(scripted_provider)
     assert stage.status == "active"  # as while any question waits
     assert AgentExecution.objects.get(stage=stage).status == "failed"
     assert TimelineEvent.objects.filter(stage=stage, event_type="error").count() == 1
-    assert tasks("sessions.tasks.run_chat_message") == [str(message.id)] * 2
+    assert tasks("worker.tasks.run_chat_message") == [str(message.id)] * 2
 
     assert run_chat_message(str(message.id)) == "completed"
     executions = list(AgentExecution.objects.filter(stage=stage).order_by("id"))
@@ -442,6 +443,6 @@ def test_a_scoring_queued_again_closes_its_stage_and_scores_again(scripted_provi
     score.refresh_from_db()
     assert (score.status, score.lease_token) == ("pending", None)
     assert Stage.objects.get(session=ended, stage_type="scoring").status == "failed"
-    assert tasks("sessions.tasks.score_session") == [str(score.id)] * 2
+    assert tasks("worker.tasks.score_session") == [str(score.id)] * 2
     with pytest.raises(LeaseLost):
         services.score_requeue(lease=lease, reason=REASON)

@@ -10,11 +10,12 @@ import time
 import pytest
 from django_q.models import OrmQ
 
-from sessions import services, slack
+from sessions import services
 from sessions.models import AlertSession, SessionStatus, SlackMessage
-from sessions.tasks import run_session, slack_notify
 from tests.secrets_corpus import CANARY
 from tests.sessions.slack_server import LocalSlack
+from worker import slack
+from worker.tasks import run_session, slack_notify
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,7 +88,7 @@ def slack_tasks() -> list[tuple[str, ...]]:
     return [
         tuple(row.task["args"])
         for row in OrmQ.objects.order_by("id")
-        if row.task.get("func") == "sessions.tasks.slack_notify"
+        if row.task.get("func") == "worker.tasks.slack_notify"
     ]
 
 
@@ -338,7 +339,7 @@ async def test_the_session_page_shows_a_slack_message_live(user):
     from channels.testing import WebsocketCommunicator
 
     from sessions.models import SessionEvent
-    from sessions.routing import websocket_urlpatterns
+    from tarsy_site.routing import websocket_urlpatterns
 
     session = await sync_to_async(AlertSession.objects.create)(
         alert_type="kubernetes",

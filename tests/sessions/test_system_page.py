@@ -13,8 +13,8 @@ from django.utils import timezone
 from llm.models import LLMProvider, ProviderType
 from sessions import services
 from sessions.models import WorkerCluster
-from sessions.supervision import cluster_silence_limit
-from sessions.system_status import MASKED, looks_secret
+from sessions.selectors import cluster_silence_limit
+from sessions.selectors.system import MASKED, looks_secret
 
 pytestmark = pytest.mark.django_db
 

@@ -4,7 +4,7 @@ import pytest
 
 from sessions import services
 from sessions.models import AlertSession, SessionEvent, TimelineEvent
-from sessions.tasks import run_session
+from worker.tasks import run_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from sessions import services
 from sessions.models import AgentExecution, AlertSession, LLMInteraction, MCPInteraction
-from sessions.trace_selectors import INLINE_RESULT_CHARS, LLM_BODY_FIELDS, session_trace
+from sessions.selectors.trace import INLINE_RESULT_CHARS, LLM_BODY_FIELDS, session_trace
 from tests.conftest import running_session
 
 pytestmark = pytest.mark.django_db

@@ -13,8 +13,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from sessions import usage
 from sessions.models import AgentExecution, AlertSession, LLMInteraction, Stage
+from sessions.selectors import usage
 
 pytestmark = pytest.mark.django_db
 

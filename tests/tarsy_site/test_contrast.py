@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sessions.templatetags.tarsy import status_class
+from web.templatetags.tarsy import status_class
 
 CSS = (Path(__file__).resolve().parents[2] / "static" / "tarsy" / "tarsy.css").read_text()
 AA = 4.5

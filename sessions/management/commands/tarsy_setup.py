@@ -37,7 +37,7 @@ class Command(BaseCommand):
             self.ensure_login()
             self.ensure_provider()
             # Earlier versions reaped orphans from a django-q2 schedule; every qcluster's
-            # supervisor does it now (sessions/supervision.py).
+            # supervisor does it now (worker/supervision.py).
             Schedule.objects.filter(name="tarsy-reap-orphans").delete()
 
     def ensure_login(self) -> None:

@@ -1,0 +1,158 @@
+"""Discovery and liveness: alert types, runbooks, system status, health
+(TARSY-API.md §1.13, §1.14)."""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import metadata
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
+from ninja import Router
+
+from api.rest import schemas
+from api.rest.common import iso, respond
+from config.loader import get_config
+from live.relay import relay_health
+from sessions import runbooks, selectors
+from sessions.selectors import cluster_silence_limit
+from sessions.selectors.system import system_status
+
+router = Router(tags=["system"])
+
+_VERSION = metadata.version("tarsy")
+
+
+@router.get("/alert-types", response={200: schemas.AlertTypes, 401: schemas.Error})
+def alert_types(request: HttpRequest) -> JsonResponse:
+    """Each alert type and the chain that investigates it, chains sorted by id."""
+    config = get_config()
+    default_chain = config.chain_for_alert_type(config.defaults.alert_type)
+    return respond(
+        {
+            "alert_types": [
+                {"type": alert_type, "chain_id": chain.id, "description": chain.description}
+                for chain in sorted(config.chains.values(), key=lambda c: c.id)
+                for alert_type in chain.alert_types
+            ],
+            "default_chain_id": default_chain.id if default_chain else None,
+            "default_alert_type": config.defaults.alert_type,
+        }
+    )
+
+
+@router.get("/runbooks", response={200: list[str], 401: schemas.Error})
+def runbook_list(request: HttpRequest) -> JsonResponse:
+    """The runbook URLs under ``system.runbooks.repo_url``; ``[]`` when none is
+    configured or GitHub cannot be listed."""
+    return respond(runbooks.list_runbooks(get_config()))
+
+
+@router.get("/system/mcp-servers", response={200: schemas.McpServers, 401: schemas.Error})
+def system_mcp_servers(request: HttpRequest) -> JsonResponse:
+    """Each configured server's last health check (workers list every server's tools
+    every ``TARSY_MCP_HEALTH_INTERVAL`` seconds), sorted by id."""
+    servers = selectors.mcp_servers_health(list(get_config().mcp_servers))
+    for server in servers:
+        if server["last_check"]:
+            server["last_check"] = server["last_check"].replace("+00:00", "Z")
+    return respond({"servers": servers})
+
+
+@router.get("/system/warnings", response={200: schemas.SystemWarnings, 401: schemas.Error})
+def system_warnings(request: HttpRequest) -> JsonResponse:
+    """What an operator should fix, as on the System page. Warnings are computed on each
+    request, so ``created_at`` is now and ``id`` is stable per warning text."""
+    now = iso(timezone.now())
+    return respond(
+        {
+            "warnings": [
+                {
+                    "id": hashlib.sha256(f"{w.category}:{w.message}".encode()).hexdigest()[:16],
+                    "category": w.category,
+                    "message": w.message,
+                    "details": "",
+                    "created_at": now,
+                }
+                for w in system_status(get_config()).warnings
+            ]
+        }
+    )
+
+
+@router.get(
+    "/health",
+    auth=None,
+    response={200: schemas.Health, 503: schemas.Health},
+    summary="Liveness (no authentication)",
+)
+def api_health(request: HttpRequest) -> JsonResponse:
+    return health_response()
+
+
+def health_response() -> JsonResponse:
+    """``{status: healthy|degraded|unhealthy, version, checks: {name: {status, message}}}``.
+    503 only when the database (or the configuration) is broken; work not being picked
+    up is ``degraded`` with 200, so a load balancer keeps the web process while an
+    operator gets told."""
+    checks: dict[str, dict[str, Any]] = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        checks["database"] = {"status": "healthy"}
+        get_config()
+        checks["config"] = {"status": "healthy"}
+    except DatabaseError as exc:
+        checks["database"] = {"status": "unhealthy", "message": str(exc)}
+        return _health(checks, "unhealthy", 503)
+    except ValueError as exc:
+        checks["config"] = {"status": "unhealthy", "message": str(exc)}
+        return _health(checks, "unhealthy", 503)
+    checks["worker_pool"] = _worker_pool_check()
+    checks["queue"] = _queue_check()
+    relay_ok, relay_message = relay_health()
+    checks["relay"] = {"status": "healthy" if relay_ok else "degraded", "message": relay_message}
+    degraded = any(check["status"] != "healthy" for check in checks.values())
+    return _health(checks, "degraded" if degraded else "healthy", 200)
+
+
+def _health(checks: dict[str, dict[str, Any]], status: str, code: int) -> JsonResponse:
+    return JsonResponse({"status": status, "version": _VERSION, "checks": checks}, status=code)
+
+
+def _worker_pool_check() -> dict[str, Any]:
+    within = cluster_silence_limit()
+    clusters = selectors.live_worker_clusters(within_seconds=within)
+    if not clusters:
+        return {
+            "status": "degraded",
+            "message": f"no worker cluster has reported in the last {within:g} s: "
+            "start one with 'manage.py qcluster'",
+        }
+    workers = sum(cluster.workers for cluster in clusters)
+    return {"status": "healthy", "message": f"{len(clusters)} cluster(s), {workers} worker(s)"}
+
+
+def _queue_check() -> dict[str, Any]:
+    state = selectors.queue_state()
+    check: dict[str, Any] = {
+        "status": "healthy",
+        "pending": state.pending,
+        "running": state.running,
+        "oldest_pending_seconds": state.oldest_pending_seconds,
+    }
+    limit = settings.TARSY_MAX_CONCURRENT_SESSIONS
+    at_limit = bool(limit) and state.running >= limit
+    waited = state.oldest_pending_seconds or 0
+    if waited > settings.TARSY_PENDING_RECOVERY_AFTER and not at_limit:
+        check["status"] = "degraded"
+        check["message"] = (
+            f"the oldest pending session has waited {waited:.0f} s with room to run: "
+            "work is not being picked up"
+        )
+    elif at_limit:
+        check["message"] = f"at TARSY_MAX_CONCURRENT_SESSIONS ({limit}); new sessions wait"
+    return check

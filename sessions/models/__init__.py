@@ -1,0 +1,86 @@
+"""The domain: an alert session and everything that happened while investigating it.
+
+Every state change is a row, written progressively by the worker; the event log
+(``SessionEvent``, in ``events.py``) records each change in the same transaction so that
+browsers can follow along and catch up after a disconnect.
+"""
+
+from sessions.models.events import (
+    SessionEvent,
+    SessionEventType,
+)
+from sessions.models.followups import (
+    OPEN_CHAT_MESSAGE_STATUSES,
+    Chat,
+    ChatMessage,
+    ChatMessageStatus,
+    ReviewAction,
+    ReviewActivity,
+    ScoreStatus,
+    SessionScore,
+    SlackMessage,
+)
+from sessions.models.interactions import (
+    LLMInteraction,
+    MCPInteraction,
+)
+from sessions.models.operations import (
+    ApiToken,
+    MCPServerHealth,
+    SessionSearch,
+    WorkerCluster,
+)
+from sessions.models.session import (
+    RUNNING_SESSION_STATUSES,
+    TERMINAL_SESSION_STATUSES,
+    AgentExecution,
+    AlertSession,
+    ExecutionStatus,
+    Message,
+    MessageRole,
+    ParallelType,
+    QualityRating,
+    ReviewStatus,
+    SessionStatus,
+    Stage,
+    StageType,
+    TimelineEvent,
+    TimelineEventStatus,
+    TimelineEventType,
+)
+
+__all__ = [
+    "OPEN_CHAT_MESSAGE_STATUSES",
+    "RUNNING_SESSION_STATUSES",
+    "TERMINAL_SESSION_STATUSES",
+    "AgentExecution",
+    "AlertSession",
+    "ApiToken",
+    "Chat",
+    "ChatMessage",
+    "ChatMessageStatus",
+    "ExecutionStatus",
+    "LLMInteraction",
+    "MCPInteraction",
+    "MCPServerHealth",
+    "Message",
+    "MessageRole",
+    "ParallelType",
+    "QualityRating",
+    "ReviewAction",
+    "ReviewActivity",
+    "ReviewStatus",
+    "ScoreStatus",
+    "SessionEvent",
+    "SessionEventType",
+    "SessionScore",
+    "SessionSearch",
+    "SessionStatus",
+    "SlackMessage",
+    "Stage",
+    "StageType",
+    "TimelineEvent",
+    "TimelineEventStatus",
+    "TimelineEventType",
+    "WorkerCluster",
+]

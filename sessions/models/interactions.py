@@ -1,0 +1,91 @@
+"""The trace: every LLM call and MCP call, as recorded."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from sessions.models.session import AgentExecution, AlertSession
+
+
+class LLMInteraction(models.Model):
+    session = models.ForeignKey(
+        AlertSession, on_delete=models.CASCADE, related_name="llm_interactions"
+    )
+    execution = models.ForeignKey(
+        AgentExecution, on_delete=models.CASCADE, related_name="llm_interactions"
+    )
+    interaction_type = models.CharField(max_length=30, default="iteration")
+    provider = models.CharField(max_length=100)
+    backend = models.CharField(max_length=50)
+    model_name = models.CharField(max_length=200, blank=True)
+    request_messages = models.JSONField(default=list)
+    tools = models.JSONField(default=list, blank=True)
+    response_text = models.TextField(blank=True)
+    thinking = models.TextField(blank=True)
+    tool_calls = models.JSONField(default=list, blank=True)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    thinking_tokens = models.PositiveIntegerField(default=0)
+    total_tokens = models.PositiveIntegerField(default=0)
+    duration_ms = models.PositiveIntegerField(default=0)
+    # From system.cost_estimation.model_rates; null when the model has no configured rate.
+    estimated_cost_usd = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    error_code = models.CharField(max_length=50, blank=True)
+    error_message = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name = "LLM interaction"
+        indexes = [
+            # The usage page filters every call by a time window (sessions/selectors/usage.py).
+            models.Index(fields=["created_at"], name="llm_interaction_created"),
+            # /metrics reads these columns of every call (api/metrics.py): an index
+            # holding them all spares it the rows' large prompts.
+            models.Index(
+                fields=[
+                    "provider",
+                    "model_name",
+                    "error_code",
+                    "duration_ms",
+                    "input_tokens",
+                    "output_tokens",
+                    "thinking_tokens",
+                ],
+                name="llm_interaction_metrics",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.model_name} {self.interaction_type}"
+
+
+class MCPInteraction(models.Model):
+    session = models.ForeignKey(
+        AlertSession, on_delete=models.CASCADE, related_name="mcp_interactions"
+    )
+    execution = models.ForeignKey(
+        AgentExecution, on_delete=models.CASCADE, related_name="mcp_interactions"
+    )
+    interaction_type = models.CharField(max_length=20, default="tool_call")  # or tool_list
+    server_name = models.CharField(max_length=100)
+    tool_name = models.CharField(max_length=200, blank=True)
+    arguments = models.JSONField(default=dict, blank=True)
+    result = models.TextField(blank=True)
+    is_error = models.BooleanField(default=False)
+    available_tools = models.JSONField(default=list, blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name = "MCP interaction"
+        indexes = [
+            models.Index(
+                fields=["interaction_type", "server_name", "tool_name", "duration_ms", "is_error"],
+                name="mcp_interaction_metrics",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server_name}.{self.tool_name} ({self.interaction_type})"

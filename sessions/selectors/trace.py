@@ -1,0 +1,90 @@
+"""Reads for the trace page: every model call and tool call of a session, as recorded.
+
+The page shows one summary line per interaction and loads the bodies (the conversation
+a model was sent, a large tool result) only when one is opened, so it stays light for a
+session with hundreds of calls: the page's queries leave those columns out, and their
+number does not depend on how many interactions there are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Case, F, QuerySet, TextField, Value, When
+from django.db.models.functions import Length
+
+from sessions import selectors
+from sessions.models import AlertSession, LLMInteraction, MCPInteraction
+from sessions.selectors.timeline import StageNode, session_tree
+
+# A tool result up to this many characters is shown in place; a longer one loads when
+# its interaction is opened.
+INLINE_RESULT_CHARS = 2048
+
+# What an LLM interaction's summary line does not need: its conversation and answer.
+LLM_BODY_FIELDS = ("request_messages", "tools", "response_text", "thinking", "tool_calls")
+
+
+@dataclass(frozen=True)
+class TraceEntry:
+    """One line of the trace: an LLM or an MCP interaction."""
+
+    interaction: LLMInteraction | MCPInteraction
+
+    @property
+    def kind(self) -> str:
+        return "llm" if isinstance(self.interaction, LLMInteraction) else "mcp"
+
+    @property
+    def execution_id(self) -> int | None:
+        return self.interaction.execution_id
+
+
+@dataclass(frozen=True)
+class Trace:
+    stages: list[StageNode]
+    # Interactions of no agent (the session's own); the page lists them apart.
+    session_entries: list[TraceEntry]
+    llm_count: int
+    mcp_count: int
+    usage: dict[str, Any]
+
+
+def session_trace(session: AlertSession) -> Trace:
+    """Stages in order, each with its agents (sub-agents under the agent that dispatched
+    them), each with its interactions in the order they happened."""
+    llm_interactions = list(session.llm_interactions.defer(*LLM_BODY_FIELDS).order_by("id"))
+    mcp_interactions = list(_mcp_summaries(session))
+    entries = sorted(
+        (TraceEntry(i) for i in [*llm_interactions, *mcp_interactions]),
+        # A model call is recorded when it ends, before the tools it asked for run.
+        key=lambda entry: (entry.interaction.created_at, entry.kind != "llm"),
+    )
+    stages, session_entries = session_tree(
+        selectors.session_stages(session), selectors.session_executions(session), entries
+    )
+    return Trace(
+        stages=stages,
+        session_entries=session_entries,
+        llm_count=len(llm_interactions),
+        mcp_count=len(mcp_interactions),
+        usage=selectors.session_usage(session),
+    )
+
+
+def _mcp_summaries(session: AlertSession) -> QuerySet[MCPInteraction]:
+    """MCP interactions without their result, except a result short enough to show in
+    place (``result_if_small``; None when it has to be loaded on demand)."""
+    return (
+        session.mcp_interactions.defer("result")
+        .annotate(result_chars=Length("result"))
+        .annotate(
+            result_if_small=Case(
+                When(result_chars__lte=INLINE_RESULT_CHARS, then=F("result")),
+                default=Value(None),
+                output_field=TextField(),
+            )
+        )
+        .order_by("id")
+    )
