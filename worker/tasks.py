@@ -1,4 +1,10 @@
-"""django-q2 entry points. They only call into services and the agents executor."""
+"""django-q2 entry points. They only call into services and the agents' executors.
+
+Sessions, chat answers and scorings run the same way (``_run``): nothing starts in a
+cluster that is stopping (the work goes back to the queue), the work is claimed under a
+lease (a re-delivered or duplicate task finds it claimed or ended and does nothing), and
+the executor runs in its own event loop, told when the cluster wants it to stop.
+"""
 
 from __future__ import annotations
 
@@ -6,101 +12,103 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime
+from typing import Any
 
 from django.db import close_old_connections
 
+from agents.chat import execute_chat
+from agents.executor import execute_session
+from agents.scoring import execute_scoring
 from sessions import services
-from worker import supervision
+from worker import slack, supervision
 
 logger = logging.getLogger(__name__)
 
 
 def run_session(session_id: str) -> str:
-    """Run one session. Idempotent: a re-delivered or duplicate task finds the session
-    claimed (or finished) and does nothing."""
-    with supervision.running(session_id):
-        if skipped := _not_now(
-            lambda before: services.session_requeue_unstarted(
-                session_id=session_id, queued_before=before
-            )
-        ):
-            return skipped
-        claim = services.session_claim(
-            session_id=session_id, worker_id=f"{socket.gethostname()}:{os.getpid()}"
-        )
-        if claim.lease is None:
-            logger.info("session %s: %s", session_id, claim.outcome)
-            return claim.outcome
-        from agents.executor import execute_session
+    """Run one session's chain."""
 
-        try:
-            return asyncio.run(
-                execute_session(claim.lease, should_stop=lambda: supervision.stop_reason("session"))
-            )
-        finally:
-            close_old_connections()
+    def claim(worker_id: str) -> tuple[Any, str]:
+        claimed = services.session_claim(session_id=session_id, worker_id=worker_id)
+        return claimed.lease, claimed.outcome
+
+    return _run(
+        session_id,
+        what="session",
+        requeue_unstarted=lambda before: services.session_requeue_unstarted(
+            session_id=session_id, queued_before=before
+        ),
+        claim=claim,
+        execute=execute_session,
+    )
 
 
 def run_chat_message(message_id: str) -> str:
-    """Answer one follow-up question. Idempotent like ``run_session``: a re-delivered or
-    duplicate task finds the question taken (or answered) and does nothing."""
-    with supervision.running(message_id):
-        if skipped := _not_now(
-            lambda before: services.chat_message_requeue_unstarted(
-                message_id=message_id, queued_before=before
-            )
-        ):
-            return skipped
-        lease = services.chat_message_claim(
-            message_id=message_id, worker_id=f"{socket.gethostname()}:{os.getpid()}"
-        )
-        if lease is None:
-            logger.info("chat message %s: skipped (not pending)", message_id)
-            return "skipped"
-        from agents.chat import execute_chat
+    """Answer one follow-up question."""
+    return _run(
+        message_id,
+        what="answer",
+        requeue_unstarted=lambda before: services.chat_message_requeue_unstarted(
+            message_id=message_id, queued_before=before
+        ),
+        claim=lambda worker_id: _skipped_unless(
+            services.chat_message_claim(message_id=message_id, worker_id=worker_id)
+        ),
+        execute=execute_chat,
+    )
 
-        try:
-            return asyncio.run(
-                execute_chat(lease, should_stop=lambda: supervision.stop_reason("answer"))
-            )
-        finally:
-            close_old_connections()
+
+def score_session(score_id: str) -> str:
+    """Score one ended session."""
+    return _run(
+        score_id,
+        what="scoring",
+        requeue_unstarted=lambda before: services.score_requeue_unstarted(
+            score_id=score_id, queued_before=before
+        ),
+        claim=lambda worker_id: _skipped_unless(
+            services.score_claim(score_id=score_id, worker_id=worker_id)
+        ),
+        execute=execute_scoring,
+    )
 
 
 def slack_notify(session_id: str, kind: str) -> str:
     """Post a session's Slack message (``start`` or ``end``) once; failures are recorded on
     the session, never raised (fail open)."""
-    from worker import slack
-
     close_old_connections()
     message = slack.deliver(session_id, kind)
     return "skipped" if message is None else message.status
 
 
-def score_session(score_id: str) -> str:
-    """Score one ended session. Idempotent like ``run_session``: a duplicate or
-    re-delivered task finds the score claimed (or ended) and does nothing."""
-    with supervision.running(score_id):
-        if skipped := _not_now(
-            lambda before: services.score_requeue_unstarted(score_id=score_id, queued_before=before)
-        ):
+def _run(
+    work_id: str,
+    *,
+    what: str,
+    requeue_unstarted: Callable[[datetime], object],
+    claim: Callable[[str], tuple[Any, str]],
+    execute: Callable[..., Coroutine[Any, Any, str]],
+) -> str:
+    """Claim one piece of work and run it to its end; what the task returns is what
+    django-q2 records. ``what`` names the work in a stop's reason ("session", "answer",
+    "scoring"); ``claim`` returns the lease, or None and why not."""
+    with supervision.running(work_id):
+        if skipped := _not_now(requeue_unstarted):
             return skipped
-        lease = services.score_claim(
-            score_id=score_id, worker_id=f"{socket.gethostname()}:{os.getpid()}"
-        )
+        lease, outcome = claim(f"{socket.gethostname()}:{os.getpid()}")
         if lease is None:
-            logger.info("score %s: skipped (not pending)", score_id)
-            return "skipped"
-        from agents.scoring import execute_scoring
-
+            logger.info("%s %s: %s", what, work_id, outcome)
+            return outcome
         try:
-            return asyncio.run(
-                execute_scoring(lease, should_stop=lambda: supervision.stop_reason("scoring"))
-            )
+            return asyncio.run(execute(lease, should_stop=lambda: supervision.stop_reason(what)))
         finally:
             close_old_connections()
+
+
+def _skipped_unless(lease: Any) -> tuple[Any, str]:
+    return lease, "skipped"
 
 
 def _not_now(requeue_unstarted: Callable[[datetime], object]) -> str | None:
