@@ -27,6 +27,7 @@ from agents.resolver import AgentSettings, ProviderChoice
 from agents.tools import results as tool_results
 from config.types import CostEstimation, MCPServerConfig
 from llm.errors import CONNECTION_ERROR
+from llm.tool_names import tool_parts
 from llm.types import (
     CodeExecutionDelta,
     ConversationMessage,
@@ -167,6 +168,8 @@ class _ModelCalls:
         interaction_type: str,
         answer_type: TimelineEventType,
     ) -> LLMTurn:
+        """One call to the current provider: its output streams onto the timeline as it
+        comes, then the turn is closed and recorded."""
         await run.recorder.check_lease()  # a worker that lost its session calls no model
         request = GenerateRequest(
             messages=tuple(run.messages),
@@ -176,59 +179,21 @@ class _ModelCalls:
             session_id=str(run.recorder.session.id),
             agent_name=run.settings.name,
         )
-        turn = LLMTurn()
-        thinking_item: TimelineEvent | None = None
-        text_item: TimelineEvent | None = None
-        code_item: TimelineEvent | None = None  # code the model ran, awaiting its output
-        grounding: list[dict[str, Any]] = []
+        stream = _TurnStream(run)
         started = time.monotonic()
         # An interruption (timeout, cancellation) leaves the items streaming; the
         # executor's clean-up (services.session_close_open_work) finishes them with the
         # text written so far, so the recorder first writes what it had gathered.
         try:
             async for delta in _bounded(run.choice.provider.generate(request)):
-                if isinstance(delta, ThinkingDelta) and delta.content:
-                    if thinking_item is None:
-                        thinking_item = await run.recorder.start_item(
-                            TimelineEventType.LLM_THINKING
-                        )
-                    turn.thinking += delta.content
-                    await run.recorder.chunk(thinking_item, delta.content)
-                elif isinstance(delta, TextDelta) and delta.content:
-                    if text_item is None:
-                        text_item = await run.recorder.start_item(TimelineEventType.LLM_RESPONSE)
-                    turn.text += delta.content
-                    await run.recorder.chunk(text_item, delta.content)
-                elif isinstance(delta, ToolCallDelta):
-                    turn.tool_calls.append(ToolCall(delta.call_id, delta.name, delta.arguments))
-                elif isinstance(delta, CodeExecutionDelta):
-                    code_item = await self._code_execution(run, code_item, delta)
-                elif isinstance(delta, UsageInfo):
-                    turn.usage = delta
-                elif isinstance(delta, GroundingInfo):
-                    grounding.append(delta.metadata)
-                elif isinstance(delta, ErrorInfo):
-                    turn.error = delta
+                await stream.take(delta)
         except BaseException:
             with contextlib.suppress(Exception):
                 await run.recorder.flush()
             raise
         duration_ms = int((time.monotonic() - started) * 1000)
-
-        if code_item is not None:  # code whose output never came
-            await run.recorder.complete_item(code_item, code_item.metadata["code"])
-        if thinking_item is not None:
-            await run.recorder.complete_item(thinking_item, turn.thinking)
-        if text_item is not None:
-            # Text without tool calls is the answer, unless sub-agents still run: then the
-            # agent has to wait for them, and it was only an interim word.
-            final = not turn.tool_calls and turn.error is None and not _waiting(run)
-            await run.recorder.complete_item(
-                text_item,
-                turn.text,
-                event_type=answer_type if final else None,
-                metadata={"grounding": grounding} if grounding else None,
-            )
+        turn = stream.turn
+        await stream.close(answer_type)
         if turn.error is not None:
             await run.recorder.add_item(
                 TimelineEventType.ERROR,
@@ -236,61 +201,122 @@ class _ModelCalls:
                 metadata={"code": turn.error.code, "retryable": turn.error.retryable},
                 status=TimelineEventStatus.FAILED,
             )
-        if turn.error is None:
+        else:
             assistant = ConversationMessage(
                 Role.ASSISTANT, turn.text, tool_calls=tuple(turn.tool_calls)
             )
             run.messages.append(assistant)
             await run.recorder.message(assistant)
-        cost = run.cost.estimate(
-            run.choice.config.model, turn.usage.input_tokens, turn.usage.output_tokens
-        )
-        await run.recorder.llm_interaction(
-            interaction_type=interaction_type,
-            provider=run.choice.config.name,
-            backend=run.choice.backend,
-            model_name=run.choice.config.model,
-            estimated_cost_usd=None if cost is None else round(cost, 6),
-            request_messages=[message_to_json(m) for m in request.messages],
-            tools=[tool.name for tool in tools],
-            response_text=turn.text,
-            thinking=turn.thinking,
-            tool_calls=[
-                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls
-            ],
-            input_tokens=turn.usage.input_tokens,
-            output_tokens=turn.usage.output_tokens,
-            thinking_tokens=turn.usage.thinking_tokens,
-            total_tokens=turn.usage.total_tokens,
-            duration_ms=duration_ms,
-            error_code=turn.error.code if turn.error else "",
-            error_message=turn.error.message if turn.error else "",
-        )
+        await _record_call(run, request, turn, interaction_type, duration_ms)
         return turn
 
-    @staticmethod
-    async def _code_execution(
-        run: AgentRun, pending: TimelineEvent | None, delta: CodeExecutionDelta
-    ) -> TimelineEvent | None:
+
+class _TurnStream:
+    """A model's output as it streams: thinking and text each grow one timeline item, code
+    the model ran becomes a ``code_execution`` item, and the rest gathers in ``turn``."""
+
+    def __init__(self, run: AgentRun) -> None:
+        self.run = run
+        self.turn = LLMTurn()
+        self.thinking_item: TimelineEvent | None = None
+        self.text_item: TimelineEvent | None = None
+        self.code_item: TimelineEvent | None = None  # code the model ran, awaiting its output
+        self.grounding: list[dict[str, Any]] = []
+
+    async def take(self, delta: Any) -> None:
+        recorder, turn = self.run.recorder, self.turn
+        if isinstance(delta, ThinkingDelta) and delta.content:
+            if self.thinking_item is None:
+                self.thinking_item = await recorder.start_item(TimelineEventType.LLM_THINKING)
+            turn.thinking += delta.content
+            await recorder.chunk(self.thinking_item, delta.content)
+        elif isinstance(delta, TextDelta) and delta.content:
+            if self.text_item is None:
+                self.text_item = await recorder.start_item(TimelineEventType.LLM_RESPONSE)
+            turn.text += delta.content
+            await recorder.chunk(self.text_item, delta.content)
+        elif isinstance(delta, ToolCallDelta):
+            turn.tool_calls.append(ToolCall(delta.call_id, delta.name, delta.arguments))
+        elif isinstance(delta, CodeExecutionDelta):
+            await self._code_execution(delta)
+        elif isinstance(delta, UsageInfo):
+            turn.usage = delta
+        elif isinstance(delta, GroundingInfo):
+            self.grounding.append(delta.metadata)
+        elif isinstance(delta, ErrorInfo):
+            turn.error = delta
+
+    async def close(self, answer_type: TimelineEventType) -> None:
+        """Complete the items the stream left open."""
+        recorder, turn = self.run.recorder, self.turn
+        if self.code_item is not None:  # code whose output never came
+            await recorder.complete_item(self.code_item, self.code_item.metadata["code"])
+        if self.thinking_item is not None:
+            await recorder.complete_item(self.thinking_item, turn.thinking)
+        if self.text_item is not None:
+            # Text without tool calls is the answer, unless sub-agents still run: then the
+            # agent has to wait for them, and it was only an interim word.
+            final = not turn.tool_calls and turn.error is None and not _waiting(self.run)
+            await recorder.complete_item(
+                self.text_item,
+                turn.text,
+                event_type=answer_type if final else None,
+                metadata={"grounding": self.grounding} if self.grounding else None,
+            )
+
+    async def _code_execution(self, delta: CodeExecutionDelta) -> None:
         """Gemini sends the code it runs and then its output as separate parts; the two
-        make one ``code_execution`` item. Returns the item still waiting for output."""
+        make one ``code_execution`` item."""
+        recorder, pending = self.run.recorder, self.code_item
+        self.code_item = None
         if delta.code:
             if pending is not None:
-                await run.recorder.complete_item(pending, pending.metadata["code"])
-            return await run.recorder.start_item(
+                await recorder.complete_item(pending, pending.metadata["code"])
+            self.code_item = await recorder.start_item(
                 TimelineEventType.CODE_EXECUTION, metadata={"code": delta.code, "result": ""}
             )
-        if pending is not None:
-            await run.recorder.complete_item(
-                pending, delta.result, metadata={"result": delta.result}
-            )
+        elif pending is not None:
+            await recorder.complete_item(pending, delta.result, metadata={"result": delta.result})
         else:
-            await run.recorder.add_item(
+            await recorder.add_item(
                 TimelineEventType.CODE_EXECUTION,
                 delta.result,
                 metadata={"code": "", "result": delta.result},
             )
-        return None
+
+
+async def _record_call(
+    run: AgentRun,
+    request: GenerateRequest,
+    turn: LLMTurn,
+    interaction_type: str,
+    duration_ms: int,
+) -> None:
+    """The trace's record of one model call: what it was sent and what it answered."""
+    cost = run.cost.estimate(
+        run.choice.config.model, turn.usage.input_tokens, turn.usage.output_tokens
+    )
+    await run.recorder.llm_interaction(
+        interaction_type=interaction_type,
+        provider=run.choice.config.name,
+        backend=run.choice.backend,
+        model_name=run.choice.config.model,
+        estimated_cost_usd=None if cost is None else round(cost, 6),
+        request_messages=[message_to_json(m) for m in request.messages],
+        tools=[tool.name for tool in request.tools],
+        response_text=turn.text,
+        thinking=turn.thinking,
+        tool_calls=[
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.tool_calls
+        ],
+        input_tokens=turn.usage.input_tokens,
+        output_tokens=turn.usage.output_tokens,
+        thinking_tokens=turn.usage.thinking_tokens,
+        total_tokens=turn.usage.total_tokens,
+        duration_ms=duration_ms,
+        error_code=turn.error.code if turn.error else "",
+        error_message=turn.error.message if turn.error else "",
+    )
 
 
 class IteratingController(_ModelCalls):
@@ -346,7 +372,7 @@ class IteratingController(_ModelCalls):
     async def _record_tool_list(run: AgentRun, tools: tuple[ToolDefinition, ...]) -> None:
         by_server: dict[str, list[str]] = {}
         for tool in tools:
-            server, _, name = tool.name.partition(".")
+            server, name = tool_parts(tool.name)
             by_server.setdefault(server, []).append(name)
         for server, names in by_server.items():
             await run.recorder.mcp_interaction(
@@ -354,7 +380,7 @@ class IteratingController(_ModelCalls):
             )
 
     async def _run_tool(self, run: AgentRun, call: ToolCall) -> None:
-        server, _, tool = call.name.partition(".")
+        server, tool = tool_parts(call.name)
         item = await run.recorder.start_item(
             TimelineEventType.LLM_TOOL_CALL,
             metadata={

@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from llm.scripted import ScriptTurn
+from llm.tool_names import tool_parts
 from llm.types import GenerateRequest, Role
 from masking.bounded import load_json
 
@@ -44,7 +45,7 @@ def _tool_results(request: GenerateRequest) -> dict[str, str]:
     results: dict[str, str] = {}
     for message in request.messages:
         if message.role == Role.TOOL:
-            results[message.tool_name.rpartition(".")[2]] = message.content
+            results[tool_parts(message.tool_name)[1]] = message.content
     return results
 
 
@@ -69,7 +70,7 @@ def _failing_pod(pods_text: str) -> str | None:
 
 def _tool(request: GenerateRequest, short_name: str) -> str | None:
     for tool in request.tools:
-        if tool.name.rpartition(".")[2] == short_name:
+        if tool_parts(tool.name)[1] == short_name:
             return tool.name
     return None
 

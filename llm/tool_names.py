@@ -19,9 +19,16 @@ def tool_name_from_api(name: str) -> str:
     return f"{server}.{tool}" if sep else name
 
 
+def tool_parts(name: str) -> tuple[str, str]:
+    """``"kubernetes.get_pods"`` → ``("kubernetes", "get_pods")``; a name without a server
+    part gives ``(name, "")``. Every place that takes a canonical name apart uses this."""
+    server, _, tool = name.partition(".")
+    return server, tool
+
+
 def split_tool_name(name: str) -> tuple[str, str]:
-    """``"kubernetes.get_pods"`` → ``("kubernetes", "get_pods")``."""
-    server, sep, tool = name.partition(".")
-    if not sep or not server or not tool:
+    """``tool_parts``, for a name that must be canonical: anything else is a ValueError."""
+    server, tool = tool_parts(name)
+    if not server or not tool:
         raise ValueError(f"tool name {name!r} is not of the form 'server.tool'")
     return server, tool

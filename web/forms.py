@@ -5,6 +5,7 @@ import uuid
 from django import forms
 
 from config.loader import get_config
+from llm.tool_names import tool_parts
 from sessions import runbooks
 from sessions.intake import AlertRejected, ValidAlert, validate_alert
 
@@ -93,7 +94,7 @@ class AlertForm(forms.Form):
         servers = list(self.cleaned_data.get("mcp_servers") or ())
         tools: dict[str, list[str]] = {}
         for name in self.cleaned_data.get("mcp_tools") or ():
-            server, _, tool = name.partition(".")
+            server, tool = tool_parts(name)
             tools.setdefault(server, []).append(tool)
             if server not in servers:
                 servers.append(server)  # ticking a tool picks its server

@@ -27,6 +27,7 @@ from django.conf import settings
 from agents.prompts import tool_summary_messages
 from agents.recorder import message_to_json
 from config.types import MCPServerConfig, Summarization
+from llm.tool_names import tool_parts
 from llm.types import ErrorInfo, GenerateRequest, Role, TextDelta, ToolCall, UsageInfo
 from masking import ExtraMasking, mask_text, mask_tool_result
 from masking.bounded import storable
@@ -103,7 +104,7 @@ async def _summarize(
 ) -> str | None:
     """Stream a summary into an ``mcp_tool_summary`` item; None when every provider failed
     (the item then says the model got the result truncated)."""
-    server_id = call.name.partition(".")[0]
+    server_id = tool_parts(call.name)[0]
     primary = run.summarizers.get(server_id) or run.choice
     # The agent's fallbacks, in order, past the one that failed (ADR-0024); never the
     # investigating agent's own state.
@@ -127,7 +128,7 @@ async def _summarize(
     for choice in candidates:
         metadata = {
             "server_name": server_id,
-            "tool_name": call.name.partition(".")[2],
+            "tool_name": tool_parts(call.name)[1],
             "call_id": call.id,
             "original_tokens": tokens,
             "summarization_provider": choice.config.name,
@@ -149,7 +150,7 @@ async def _summarize(
         ),
         metadata={
             "server_name": server_id,
-            "tool_name": call.name.partition(".")[2],
+            "tool_name": tool_parts(call.name)[1],
             "call_id": call.id,
             "original_tokens": tokens,
             "truncated_for_model": True,

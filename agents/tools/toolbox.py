@@ -31,7 +31,7 @@ from agents.tools.mcp_client import (
 )
 from agents.tools.mcp_hub import hub, record_health, shareable
 from config.types import MCPServerConfig, TarsyConfig
-from llm.tool_names import split_tool_name
+from llm.tool_names import split_tool_name, tool_parts
 from llm.types import ToolDefinition
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class ToolBox:
         return [tool for tool in await self._all_tools() if self._allowed(tool.name)]
 
     def _allowed(self, name: str) -> bool:
-        server_id, _, tool = name.partition(".")
+        server_id, tool = tool_parts(name)
         return server_id not in self._only or tool in self._only[server_id]
 
     async def _all_tools(self) -> list[ToolDefinition]:
@@ -195,7 +195,9 @@ def warm_catalog(config: TarsyConfig, *, timeout: float = 30.0) -> None:
             logger.warning("MCP servers %s: could not list tools: %s", list(servers), exc)
             return
         for server_id in servers:
-            mine = {t.name.split(".", 1)[1]: t for t in tools if t.name.startswith(f"{server_id}.")}
+            mine = {
+                tool_parts(t.name)[1]: t for t in tools if tool_parts(t.name)[0] == server_id
+            }
             await asyncio.to_thread(record_health, server_id, tools=_as_mcp_tools(mine))
 
     async def warm() -> None:
