@@ -1,4 +1,4 @@
-"""The two ways an agent talks to its model (seed 004):
+"""The two ways an agent talks to its model (ADR-0001):
 
 - ``IteratingController``: call the LLM, run the tools it asks for, repeat; one forced
   conclusion without tools at ``max_iterations``. An agent with sub-agents gets their

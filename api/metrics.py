@@ -53,7 +53,7 @@ DATABASE_CACHE_SECONDS = 5.0
 
 class DatabaseCollector:
     """The workers' side, read from the database at scrape time: identical in every web
-    process (see the README for how to scrape it once)."""
+    process (see docs/operations.md for how to scrape it once)."""
 
     def __init__(self, cache_seconds: float = DATABASE_CACHE_SECONDS) -> None:
         self.cache_seconds = cache_seconds

@@ -1,4 +1,4 @@
-"""TARSy's WebSocket wire format (TARSY-API.md §2), made from our event log.
+"""TARSy's WebSocket wire format (docs/api.md §2), made from our event log.
 
 The event log stores our own payloads; this module reshapes one row into the payload
 TARSy would have sent for it: string ids, 1-based stage indexes, TARSy's status enums,
@@ -199,7 +199,7 @@ def _content(p: dict[str, Any]) -> str:
 
 
 def timeline_metadata(event_type: str, metadata: dict[str, Any]) -> dict[str, Any]:
-    """An item's metadata under TARSy's keys (TARSY-API.md §1.6); our other keys stay."""
+    """An item's metadata under TARSy's keys (docs/api.md §1.6); our other keys stay."""
     data = dict(metadata)
     if event_type == TimelineEventType.LLM_TOOL_CALL:
         # Ours: tool_name "server.tool", arguments an object; TARSy: the bare tool

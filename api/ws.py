@@ -1,4 +1,4 @@
-"""``/api/v1/ws``: TARSy's JSON WebSocket protocol (TARSY-API.md §2), for TARSy's
+"""``/api/v1/ws``: TARSy's JSON WebSocket protocol (docs/api.md §2), for TARSy's
 dashboard and scripts.
 
 A client subscribes to channels (``sessions``, ``session:<id>``); each subscription and

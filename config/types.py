@@ -119,7 +119,7 @@ SUCCESS_POLICIES = ("any", "all")
 
 @dataclass(frozen=True)
 class OrchestratorConfig:
-    """Guardrails of an agent that dispatches sub-agents (ADR-0002/0029 in TARSy)."""
+    """Guardrails of an agent that dispatches sub-agents (ADR-0002, ADR-0029)."""
 
     max_concurrent_agents: int | None = None
     agent_timeout: float | None = None  # seconds per sub-agent; None: the session's time

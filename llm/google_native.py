@@ -7,9 +7,9 @@ Wire (google-genai 2.34, Gemini Developer API): ``POST {base_url}/v1beta/models/
 by ``data: {GenerateContentResponse}`` events. Retries belong to
 ``llm.retry.stream_with_retries``; the SDK's own are off.
 
-Thought signatures (seed 000, Q3): Gemini wants each signature back on the same part in
-later turns, and Gemini 3 rejects function calls that lost theirs. They are kept in
-memory per ``execution_id`` (one agent conversation) until an hour after last use:
+Thought signatures (docs/design/seeds.md, seed 000 Q3): Gemini wants each signature back
+on the same part in later turns, and Gemini 3 rejects function calls that lost theirs. They
+are kept in memory per ``execution_id`` (one agent conversation) until an hour after last use:
 
 * on a ``functionCall`` part: keyed by the call id (what the agent keeps in
   ``ToolCall.id``), sent back on that call's part;
@@ -80,7 +80,7 @@ ClientKey = tuple[str, str, str]
 
 
 def thinking_config(model: str) -> types.ThinkingConfig:
-    """Thinking per model name (seed 003, "Thinking Configuration"); thoughts always on."""
+    """Thinking per model name (docs/design/seeds.md, seed 003); thoughts always on."""
     name = model.lower()
     if "2.5-pro" in name:
         return types.ThinkingConfig(thinking_budget=32768, include_thoughts=True)
@@ -397,7 +397,8 @@ def build_tools(request: GenerateRequest) -> list[types.Tool]:
     """MCP tools as function declarations, or else the configured native tools.
 
     Gemini cannot combine its native tools with function calling in one request
-    (seed 000, Q6): MCP tools win and the native ones are dropped with a warning.
+    (docs/design/seeds.md, seed 000 Q6): MCP tools win, the native ones are dropped with a
+    warning.
     """
     native = request.config.native_tools
     if request.tools:

@@ -28,8 +28,8 @@ from langchain_openai import ChatOpenAI
 from llm.clients import env_value
 from llm.types import ProviderConfig
 
-# Anthropic requires max_tokens on every request (seed 001, Q8): half of Sonnet's limit
-# is ample for an agent turn.
+# Anthropic requires max_tokens on every request (docs/design/seeds.md, seed 001 Q8): half
+# of Sonnet's limit is ample for an agent turn.
 ANTHROPIC_MAX_TOKENS = 32000
 XAI_BASE_URL = "https://api.x.ai/v1"
 # Self-hosted OpenAI-compatible servers (vLLM, Ollama) often need no key, but the

@@ -4,8 +4,8 @@ and Vertex AI through LangChain chat models.
 Each call converts the whole conversation to LangChain messages, binds the tools
 under API-safe names and streams one turn. Text and reasoning are forwarded chunk by
 chunk from LangChain's provider-neutral ``content_blocks``; tool-call fragments are
-gathered per stream index and emitted whole when the stream ends (seed 001, Q11),
-followed by the turn's token usage. Transient failures are retried by
+gathered per stream index and emitted whole when the stream ends (docs/design/seeds.md,
+seed 001 Q11), followed by the turn's token usage. Transient failures are retried by
 ``llm.retry.stream_with_retries``; whatever is left ends the stream as ``ErrorInfo``.
 """
 

@@ -127,7 +127,7 @@ def proxy_identity(request: HttpRequest) -> str:
 
 
 def request_author(request: HttpRequest) -> str:
-    """Who an API request acts for (TARSy's author, §4): the proxy's user, else the
+    """Who an API request acts for (TARSy's author, docs/api.md §4): the proxy's user, else the
     token's owner or the logged-in user."""
     return getattr(request, "tarsy_author", "") or request.user.get_username()
 

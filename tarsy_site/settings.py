@@ -1,4 +1,4 @@
-"""TARSy settings, read from the environment (see README "Configuration")."""
+"""TARSy settings, read from the environment (see docs/configuration.md)."""
 
 from __future__ import annotations
 

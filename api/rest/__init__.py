@@ -1,4 +1,4 @@
-"""The REST API under ``/api/v1``, wire-compatible with TARSy's (TARSY-API.md §1).
+"""The REST API under ``/api/v1``, wire-compatible with TARSy's (docs/api.md §1).
 
 django-ninja routes every operation and writes the OpenAPI document
 (``/api/v1/openapi.json``; Swagger UI at ``/api/docs``). Every error is JSON with

@@ -1,4 +1,4 @@
-"""``POST /api/v1/alerts`` (TARSY-API.md §1.1)."""
+"""``POST /api/v1/alerts`` (docs/api.md §1.1)."""
 
 from __future__ import annotations
 

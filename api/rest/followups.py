@@ -1,5 +1,5 @@
 """What follows an investigation: chat questions, scores and the review workflow
-(TARSY-API.md §1.8 to §1.10)."""
+(docs/api.md §1.8 to §1.10)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Session reads and cancels (TARSY-API.md §1.2 to §1.7)."""
+"""Session reads and cancels (docs/api.md §1.2 to §1.7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TARSy's JSON shapes of our sessions (TARSY-API.md §1.2 to §1.6), built from the
+"""TARSy's JSON shapes of our sessions (docs/api.md §1.2 to §1.6), built from the
 selectors' rows plus a few per-page aggregate queries."""
 
 from __future__ import annotations

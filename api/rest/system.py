@@ -1,5 +1,5 @@
 """Discovery and liveness: alert types, runbooks, system status, health
-(TARSY-API.md §1.13, §1.14)."""
+(docs/api.md §1.13, §1.14)."""
 
 from __future__ import annotations
 

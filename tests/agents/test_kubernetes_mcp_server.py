@@ -1,4 +1,4 @@
-"""The real ``kubernetes-mcp-server`` (npm), as the README tells operators to run it:
+"""The real ``kubernetes-mcp-server`` (npm), as docs/configuration.md tells operators to run it:
 ``--read-only`` removes its write tools, its typed arguments arrive typed, a cluster it
 cannot reach is an error result (not a crash), and when it cannot start the error quotes
 the first line of its stderr, where it prints the cause before pages of usage."""
@@ -74,7 +74,7 @@ async def test_disable_destructive_alone_still_offers_pods_run(binary, tmp_path:
     config = server(binary, "--disable-destructive", "--kubeconfig", str(kubeconfig))
     async with MCPClientPool(config) as pool:
         names = {tool.name.split(".", 1)[1] for tool in await pool.list_tools()}
-    assert "pods_run" in names  # why the README says --read-only
+    assert "pods_run" in names  # why docs/configuration.md says --read-only
 
 
 async def test_a_start_failure_quotes_the_cause_from_the_first_line(binary, tmp_path: Path):

@@ -28,7 +28,7 @@ SECRET = "S3cr3tPa55w0rdZq7x"
 
 # (text holding SECRET, a piece of evidence around it that must stay)
 FORMATS = [
-    # The three the README promised and missed.
+    # The three the docs (docs/security.md) promised and missed.
     (f"postgres://app:pa/ss{SECRET}@db.payments.svc:5432/app", "@db.payments.svc:5432/app"),
     (f"DB_PASSWORD_2={SECRET}", "DB_PASSWORD_2="),
     (

@@ -1,4 +1,4 @@
-"""TARSy's requests (TARSY-API.md §1) against sessions that really ran, asserting TARSy's
+"""TARSy's requests (docs/api.md §1) against sessions that really ran, asserting TARSy's
 response shapes: field names, types, null versus absent, envelopes, status codes and
 error bodies. Every body is also checked against our OpenAPI document."""
 

@@ -1,4 +1,4 @@
-"""``/api/v1/ws`` speaks TARSy's WebSocket protocol (TARSY-API.md §2).
+"""``/api/v1/ws`` speaks TARSy's WebSocket protocol (docs/api.md §2).
 
 Driven through the real ASGI application (origin check, cookie and bearer auth,
 routing, consumer) with sessions written by the real services; live events come from

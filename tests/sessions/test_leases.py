@@ -85,7 +85,7 @@ def test_orphaned_sessions_are_timed_out_and_their_open_work_closed():
 
 def test_the_reaper_decides_first_and_a_session_it_loses_gets_nothing():
     """The worker heart-beats between the reaper's read and its UPDATE: no timeout, no
-    error item, no closed stage (today's STYLE.md finding)."""
+    error item, no closed stage (docs/architecture.md, "Decide first, then act")."""
     session, lease = running_session()
     stage = services.stage_start(lease=lease, name="investigation", index=0)
     make_stale(session)

@@ -1,5 +1,5 @@
 """The review workflow: every action and its transitions, bulk actions, the activity log,
-the API's answers (TARSY-API.md §1.10), the session page's panel, the triage page and
+the API's answers (docs/api.md §1.10), the session page's panel, the triage page and
 the session list's review filters."""
 
 from __future__ import annotations
