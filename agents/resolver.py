@@ -15,6 +15,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
+from config.providers import default_provider
 from config.types import (
     ITERATING_TYPES,
     AgentConfig,
@@ -268,8 +269,8 @@ def with_alert_selection(settings: AgentSettings, selection: dict) -> AgentSetti
 
 
 def provider_choice(name: str | None, backend: str | None, agent_name: str) -> ProviderChoice:
+    row = default_provider(name, LLMProvider.objects.all())
     if name:
-        row = LLMProvider.objects.filter(name=name).first()
         if row is None:
             known = ", ".join(LLMProvider.objects.values_list("name", flat=True)) or "none"
             raise ResolutionError(
@@ -281,7 +282,6 @@ def provider_choice(name: str | None, backend: str | None, agent_name: str) -> P
                 f"LLM provider {name!r} (used by {agent_name}) is disabled; enable it in {ADMIN}"
             )
     else:
-        row = LLMProvider.objects.filter(is_default=True).order_by("-enabled").first()
         if row is None:
             raise ResolutionError(
                 f"No LLM provider is configured: mark one as default in {ADMIN} or set "

@@ -1,4 +1,5 @@
-"""Typed, immutable configuration objects parsed from tarsy.yaml (see config/loader.py)."""
+"""Typed, immutable configuration objects the rest of TARSy reads, built from tarsy.yaml by
+its schema (config/schema.py; loaded by config/loader.py)."""
 
 from __future__ import annotations
 

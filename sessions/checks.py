@@ -46,17 +46,19 @@ def check_config_references(app_configs, databases=None, **kwargs) -> list[Check
     if not databases:
         return []
     from config.loader import get_config, validate_references
+    from config.providers import default_provider
     from llm.models import LLMProvider
     from llm.registry import backend_names
 
     try:
-        providers = list(LLMProvider.objects.filter(enabled=True).values_list("name", "is_default"))
+        providers = list(LLMProvider.objects.filter(enabled=True).only("name", "is_default"))
     except DatabaseError:
         return []  # not migrated yet; migrate runs the checks again afterwards
+    config = get_config()
     problems = validate_references(
-        get_config(),
-        provider_names={name for name, _ in providers},
-        has_default_provider=any(is_default for _, is_default in providers),
+        config,
+        provider_names={provider.name for provider in providers},
+        has_default_provider=default_provider(config.defaults.llm_provider, providers) is not None,
         backend_names=backend_names(),
     )
     return [Error(problem, id="tarsy.E003") for problem in problems]

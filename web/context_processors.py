@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
+from config.loader import get_config
+from config.providers import default_provider
 from llm.models import LLMProvider, ProviderType
 
 
@@ -9,5 +11,6 @@ def demo_provider(request: HttpRequest) -> dict[str, bool]:
     """Whether new investigations would run on the scripted demo provider."""
     if not request.user.is_authenticated:
         return {}
-    default = LLMProvider.objects.filter(is_default=True, enabled=True).first()
-    return {"demo_provider_default": default is not None and default.type == ProviderType.SCRIPTED}
+    default = default_provider(get_config().defaults.llm_provider, LLMProvider.objects.all())
+    demo = default is not None and default.enabled and default.type == ProviderType.SCRIPTED
+    return {"demo_provider_default": demo}

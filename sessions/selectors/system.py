@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from config.providers import default_provider
 from config.types import (
     AgentConfig,
     ChainConfig,
@@ -161,14 +162,14 @@ def system_warnings(
 def default_provider_warnings(
     config: TarsyConfig, providers: Sequence[LLMProvider]
 ) -> list[SystemWarning]:
-    """The provider an agent gets when nothing in tarsy.yaml names one (as the resolver
-    picks it): defaults.llm_provider, else the row marked default."""
+    """The provider an agent gets when nothing in tarsy.yaml names one (the rule of
+    config/providers.py, which the resolver follows too)."""
     named = config.defaults.llm_provider
-    if named is not None:
+    default = default_provider(named, providers)
+    if named:
         # A missing or disabled named default is a reference problem, reported with them.
-        default = next((p for p in providers if p.name == named and p.enabled), None)
+        default = default if default is not None and default.enabled else None
     else:
-        default = next((p for p in providers if p.is_default), None)
         if default is None:
             return [
                 SystemWarning(
