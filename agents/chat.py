@@ -123,6 +123,7 @@ def _findings(session: AlertSession) -> list[Finding]:
 def _earlier_turns(session: AlertSession, message: ChatMessage) -> str:
     """The questions asked before ``message`` (in the order of their stages) and their
     answers, or what became of an answer that was not given."""
+    assert message.stage is not None  # a question is stored with its stage
     earlier = (
         ChatMessage.objects.filter(session=session, stage__index__lt=message.stage.index)
         .select_related("stage")
@@ -131,6 +132,7 @@ def _earlier_turns(session: AlertSession, message: ChatMessage) -> str:
     )
     turns = []
     for number, turn in enumerate(earlier, start=1):
+        assert turn.stage is not None  # filtered on it
         answers = [
             e.final_analysis
             for e in turn.stage.executions.all()
@@ -223,6 +225,7 @@ async def _end(lease: services.ChatLease, status: str, message: str) -> str:
 async def _run_chat_agent(
     message: ChatMessage, lease: services.ChatLease, control: RunControl
 ) -> AgentResult:
+    assert message.stage is not None  # a question is stored with its stage
     config = get_config()
     session = message.session
     chain = config.chains.get(session.chain_id)

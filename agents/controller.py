@@ -15,7 +15,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,9 +50,13 @@ logger = logging.getLogger(__name__)
 
 
 class ToolResultLike(Protocol):
-    content: str
-    is_error: bool
-    duration_ms: int
+    # Read-only: a frozen dataclass qualifies.
+    @property
+    def content(self) -> str: ...
+    @property
+    def is_error(self) -> bool: ...
+    @property
+    def duration_ms(self) -> int: ...
 
 
 class ToolExecutor(Protocol):
@@ -89,6 +93,8 @@ class SubAgents(Protocol):
     async def wait(self) -> list[ConversationMessage]: ...
 
     async def cancel_all(self, reason: str) -> None: ...
+
+    def tools(self, mcp: ToolExecutor) -> ToolExecutor: ...
 
 
 @dataclass
@@ -338,7 +344,7 @@ class IteratingController(_ModelCalls):
             if turn.tool_calls:
                 for call in turn.tool_calls:
                     await self._run_tool(run, call)
-            elif _waiting(run):
+            elif run.sub_agents is not None and _waiting(run):
                 # It may not conclude while its sub-agents run: their results come next.
                 await self._append(run, await run.sub_agents.wait())
             else:
@@ -466,7 +472,7 @@ def _storable(delta: Any) -> Any:
     return delta
 
 
-async def _bounded(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+async def _bounded(stream: AsyncGenerator[Any, None]) -> AsyncIterator[Any]:
     """The provider's deltas, ended by a retryable timeout error when the model is silent
     too long before its first delta or between two, or the whole call runs too long."""
     first = settings.TARSY_LLM_FIRST_CHUNK_TIMEOUT

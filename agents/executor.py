@@ -15,7 +15,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -41,6 +42,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["LEASE_LOST", "SessionFailure", "StageFailed", "Stop", "execute_session", "run_leased"]
 
 LEASE_LOST = "lease_lost"
+LeaseT = TypeVar("LeaseT", bound=services.Lease)
 
 
 class Stop:
@@ -69,8 +71,8 @@ async def execute_session(
 
 
 async def run_leased(
-    lease: services.Lease,
-    work: Callable[[services.Lease, Stop, RunControl], Awaitable[str]],
+    lease: LeaseT,
+    work: Callable[[LeaseT, Stop, RunControl], Coroutine[Any, Any, str]],
     *,
     name: str,
     should_stop: Callable[[], Interruption | None] | None,
@@ -91,7 +93,10 @@ async def run_leased(
         if not (stop.lease_lost or stop.status):
             raise
         # Stopped while it was writing its end: that write finishes in its thread anyway.
-        return LEASE_LOST if stop.lease_lost else stop.status
+        if stop.lease_lost:
+            return LEASE_LOST
+        assert stop.status is not None  # checked above
+        return stop.status
     finally:
         keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -96,7 +96,9 @@ def parse_score(text: str) -> ScoreAnswer:
     score_at = next((i for i in range(len(lines) - 1, -1, -1) if _SCORE_LINE.match(lines[i])), None)
     if score_at is None:
         raise MalformedScore("it has no 'SCORE: <0-100>' line")
-    value = _SCORE_LINE.match(lines[score_at])["value"].strip()
+    score_line = _SCORE_LINE.match(lines[score_at])
+    assert score_line is not None  # found above
+    value = score_line["value"].strip()
     number = _SCORE_VALUE.match(value)
     if number is None or int(number["number"]) > 100:
         raise MalformedScore(
@@ -107,7 +109,9 @@ def parse_score(text: str) -> ScoreAnswer:
         line for i, line in enumerate(lines) if i not in (score_at, tags_at)
     ).strip()
     if tags_at is not None:
-        named = _TAGS_LINE.match(lines[tags_at])["value"].lower()
+        tags_line = _TAGS_LINE.match(lines[tags_at])
+        assert tags_line is not None  # found above
+        named = tags_line["value"].lower()
         found = set(re.findall(r"[a-z_]+", named))
     else:
         found = {term for term in FAILURE_TAGS if term in analysis.lower()}
@@ -155,7 +159,7 @@ def investigation_text(session: AlertSession) -> str:
     executions: dict[int, list[AgentExecution]] = {}
     for execution in AgentExecution.objects.filter(stage__in=stages).order_by("id"):
         executions.setdefault(execution.stage_id, []).append(execution)
-    items: dict[int, list[TimelineEvent]] = {}
+    items: dict[int | None, list[TimelineEvent]] = {}  # none without an execution here
     for item in TimelineEvent.objects.filter(execution__stage__in=stages).order_by("id"):
         items.setdefault(item.execution_id, []).append(item)
     for stage in stages:
@@ -188,7 +192,7 @@ def _item_text(item: TimelineEvent) -> str:
         arguments = json.dumps(item.metadata.get("arguments", {}), sort_keys=True)
         outcome = "Error" if item.metadata.get("is_error") else "Result"
         return f"Tool call `{item.metadata.get('tool_name', '?')}` {arguments}\n{outcome}:\n```\n{result}\n```"
-    labels = {
+    labels: dict[str, str] = {
         TimelineEventType.LLM_THINKING: "Thinking",
         TimelineEventType.LLM_RESPONSE: "Said",
         TimelineEventType.FINAL_ANALYSIS: "Answer",

@@ -14,6 +14,7 @@ first dispatch, after which running sub-agents are cancelled and no more are acc
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -158,7 +159,7 @@ class SubAgentRunner:
                 ExecutionStatus.TIMED_OUT,
             )
             work.add_done_callback(lambda _: timer.cancel())
-        work.add_done_callback(lambda done, eid=execution_id: self._finished(eid, done))
+        work.add_done_callback(functools.partial(self._finished, execution_id))
         return ToolResult(json.dumps({"execution_id": execution_id, "status": "accepted"}))
 
     def _finished(self, execution_id: int, task: asyncio.Future[Outcome]) -> None:
@@ -197,7 +198,7 @@ class SubAgentRunner:
             return ToolResult(f"No sub-agent with execution id {execution_id!r}", True)
         reason = str(arguments.get("reason") or "").strip()[:500]
         attribution = "Cancelled by the dispatching agent" + (f": {reason}" if reason else "")
-        if not self.control.cancel(execution_id, attribution):
+        if not self.control.cancel(child.execution_id, attribution):
             return ToolResult(f"Sub-agent {execution_id} is not running ({child.status})", True)
         return ToolResult(json.dumps({"execution_id": execution_id, "status": "cancelling"}))
 

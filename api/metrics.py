@@ -24,6 +24,7 @@ from prometheus_client.core import (
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 # Imported so this process's own metrics are registered wherever /metrics is served.
@@ -114,7 +115,7 @@ class _Scopes:
 DATABASE = DatabaseCollector()
 # What /metrics?scope=… serves: this process's own metrics (the default registry, with
 # prometheus_client's process_* and python_* metrics), the database's, or both.
-SCOPES = {
+SCOPES: dict[str, Collector] = {
     "all": _Scopes(REGISTRY, DATABASE),
     "process": REGISTRY,
     "database": DATABASE,
@@ -255,7 +256,8 @@ class SecondsBetween(Func):
     def __init__(self, start: str, end: str) -> None:
         super().__init__(F(start), F(end))
 
-    def as_sql(self, compiler, connection, **extra_context):
+    # Written out whole: none of Func's template arguments apply.
+    def as_sql(self, compiler, connection, **extra_context):  # type: ignore[override]
         start, end, params = self._compiled(compiler)
         return f"EXTRACT(EPOCH FROM ({end} - {start}))::double precision", params
 

@@ -52,7 +52,7 @@ LIST_CHANNEL_TYPES = (
 )
 # TARSy publishes a session's status when a worker claims it and when it ends only.
 _UNSENT_SESSION_STATUSES = (SessionStatus.PENDING, SessionStatus.CANCELLING)
-_SCORING_STATUSES = {
+_SCORING_STATUSES: dict[str, str] = {
     ScoreStatus.PENDING: "in_progress",
     ScoreStatus.IN_PROGRESS: "in_progress",
     ScoreStatus.COMPLETED: "completed",
@@ -280,7 +280,7 @@ def _chat_created(session_id: str, p: dict[str, Any]) -> dict[str, Any]:
 
 
 def _score_updated(session_id: str, p: dict[str, Any]) -> dict[str, Any] | None:
-    status = _SCORING_STATUSES.get(p.get("scoring_status"))
+    status = _SCORING_STATUSES.get(p.get("scoring_status", ""))
     return None if status is None else {"scoring_status": status}
 
 
@@ -302,7 +302,8 @@ _TRANSLATORS = {
 # so that a database whose ids start over (tests) cannot be answered from the cache.
 @functools.lru_cache(maxsize=4096)
 def _parent_of_execution(session_id: str, execution_id: int) -> int | None:
-    row = AgentExecution.objects.filter(id=execution_id, session_id=session_id).values_list(
+    # Django parses the UUID's text; the stubs take only a UUID.
+    row = AgentExecution.objects.filter(id=execution_id, session_id=session_id).values_list(  # type: ignore[misc]
         "parent_execution_id", flat=True
     )
     return row.first()
@@ -316,7 +317,7 @@ def _execution_parent(session_id: str, execution_id: Any) -> int | None:
 
 @functools.lru_cache(maxsize=4096)
 def _item_parent(session_id: str, item_id: int) -> int | None:
-    row = TimelineEvent.objects.filter(id=item_id, session_id=session_id).values_list(
+    row = TimelineEvent.objects.filter(id=item_id, session_id=session_id).values_list(  # type: ignore[misc]  # as above
         "execution__parent_execution_id", flat=True
     )
     return row.first()

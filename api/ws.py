@@ -13,6 +13,7 @@ import asyncio
 import logging
 import uuid
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -250,7 +251,7 @@ def _client_message(data: str | bytes | None) -> tuple[str, str, int | None] | N
     return action, channel, last_event_id
 
 
-def _still_allowed(scope: dict[str, Any]) -> bool:
+def _still_allowed(scope: Mapping[str, Any]) -> bool:
     if scope.get("proxy_identity"):
         return True  # the proxy vouched for the handshake; it has no session to re-check
     if token := scope.get("api_token"):

@@ -112,6 +112,7 @@ class EventRelay:
         window = range(max(1, self.head - STARTUP_WINDOW + 1), self.head)
         self.holes = {i: now for i in window if i not in present}
         layer = get_channel_layer()
+        assert layer is not None  # settings.CHANNEL_LAYERS
         async with self._wake_ups():
             while True:
                 self.wake.clear()

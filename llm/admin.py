@@ -16,7 +16,6 @@ from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html_join
 
@@ -116,7 +115,8 @@ class LLMProviderAdmin(admin.ModelAdmin):
             return HttpResponseNotAllowed(["POST"])
         provider = self.get_object(request, unquote(object_id))
         if provider is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            # Django's own "not found" redirect (private, so not in the stubs).
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)  # type: ignore[attr-defined]
         if not self.has_change_permission(request, provider):
             raise PermissionDenied
         backend = request.POST.get("backend") or provider.default_backend()
@@ -137,7 +137,7 @@ class LLMProviderAdmin(admin.ModelAdmin):
         change: bool = False,
         form_url: str = "",
         obj: LLMProvider | None = None,
-    ) -> TemplateResponse:
+    ) -> HttpResponse:
         # One Test button per backend that can drive the saved type.
         context["test_backends"] = BACKENDS_FOR_TYPE.get(obj.type, ()) if obj else ()
         return super().render_change_form(request, context, add, change, form_url, obj)

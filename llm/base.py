@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Protocol
 
 from llm.types import Delta, GenerateRequest
@@ -16,4 +16,4 @@ class Provider(Protocol):
     Cancelling the consuming task must close the underlying stream promptly.
     """
 
-    def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]: ...
+    def generate(self, request: GenerateRequest) -> AsyncGenerator[Delta, None]: ...

@@ -108,7 +108,7 @@ def demo_turn(request: GenerateRequest) -> ScriptTurn:
         return _rollout_turn(request, namespace, results, step)
 
     if step == 0 and can_use_tools:
-        calls = [
+        calls: list[tuple[str, dict[str, Any]]] = [
             (name, {"namespace": namespace})
             for name in (_tool(request, "get_pods"), _tool(request, "get_events"))
             if name

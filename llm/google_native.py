@@ -175,7 +175,7 @@ class GoogleNativeProvider:
         key: ClientKey = (config.type, config.api_key_env, config.base_url)
         return self._clients.get(key, lambda: _create_client(config))
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[Delta, None]:
         config = request.config
         self.signatures.purge()
         try:

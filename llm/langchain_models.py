@@ -124,7 +124,7 @@ class ChatAnthropicOwnClient(ChatAnthropic):
     """ChatAnthropic with an SDK client (and connection pool) of its own."""
 
     @cached_property
-    def _async_client(self) -> anthropic.AsyncAnthropic:  # type: ignore[override]
+    def _async_client(self) -> anthropic.AsyncAnthropic:
         return anthropic.AsyncAnthropic(**self._client_params)
 
 

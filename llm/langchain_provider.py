@@ -14,17 +14,16 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Hashable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Hashable, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
 from google.genai import errors as genai_errors
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
-    BaseMessageChunk,
     HumanMessage,
     SystemMessage,
     ToolMessage,
@@ -55,7 +54,8 @@ from masking.bounded import UnsafeInput, json_problem, load_json
 
 ARGUMENTS_LIMIT = 1024 * 1024  # characters of one tool call's arguments
 
-ChatRunnable = Runnable[Sequence[BaseMessage], BaseMessageChunk]
+# A chat model, or one with its tools bound (both stream AIMessageChunks).
+ChatRunnable = Runnable[LanguageModelInput, AIMessage]
 
 
 class LangChainProvider:
@@ -77,7 +77,7 @@ class LangChainProvider:
         """
         return self._models.get(model_key(config), lambda: create_chat_model(config))
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[Delta, None]:
         config = request.config
         try:
             model = self.chat_model(config)
@@ -106,7 +106,8 @@ async def stream_turn(runnable: ChatRunnable, messages: list[BaseMessage]) -> As
     calls = ToolCallBuffer()
     usage = UsageTotals()
     try:
-        async with aclosing(runnable.astream(messages)) as chunks:
+        # astream is an async generator, though annotated as an AsyncIterator.
+        async with aclosing(runnable.astream(messages)) as chunks:  # type: ignore[type-var]
             async for chunk in chunks:
                 for delta in chunk_deltas(chunk, calls):
                     yield delta
@@ -124,7 +125,7 @@ async def stream_turn(runnable: ChatRunnable, messages: list[BaseMessage]) -> As
         yield usage.info()
 
 
-def chunk_deltas(chunk: BaseMessageChunk, calls: ToolCallBuffer) -> Iterator[Delta]:
+def chunk_deltas(chunk: BaseMessage, calls: ToolCallBuffer) -> Iterator[Delta]:
     blocks = chunk.content_blocks
     if not any(block.get("type") == "reasoning" for block in blocks):
         # ChatOpenAI's block translator ignores the reasoning text of OpenAI-compatible
@@ -136,10 +137,10 @@ def chunk_deltas(chunk: BaseMessageChunk, calls: ToolCallBuffer) -> Iterator[Del
         kind = block.get("type")
         if kind == "reasoning":
             # Anthropic's signature arrives as a reasoning block with no text.
-            if text := block.get("reasoning"):
+            if isinstance(text := block.get("reasoning"), str) and text:
                 yield ThinkingDelta(text)
         elif kind == "text":
-            if text := block.get("text"):
+            if isinstance(text := block.get("text"), str) and text:
                 yield TextDelta(text)
         elif kind == "tool_call_chunk":
             calls.add_fragment(block)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from llm.errors import (
@@ -61,7 +61,7 @@ async def stream_with_retries(
     policy: RetryPolicy = DEFAULT_POLICY,
     sleep: Sleep = asyncio.sleep,
     label: str = "llm",
-) -> AsyncIterator[Delta]:
+) -> AsyncGenerator[Delta, None]:
     failures: dict[str, int] = {}
     while True:
         yielded_content = False

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,7 +169,7 @@ class ScriptedProvider:
         turn = script.turn_for(request)
         return turn, turn.chunk_delay if turn.chunk_delay is not None else script.chunk_delay
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[Delta]:
+    async def generate(self, request: GenerateRequest) -> AsyncGenerator[Delta, None]:
         try:
             turn, delay = self._turn(request)
         except ScriptError as exc:

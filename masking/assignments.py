@@ -114,7 +114,9 @@ def _assignments(key_re: re.Pattern[str], *, flags: bool) -> Callable[[str], str
             out += [text[position : key.start()], masked]
             position = end
             if verdict[1] is Strength.STRONG and _is_phrase(key.group("key"), raw):
-                position = _PHRASE_RE.match(text, position).end()
+                phrase = _PHRASE_RE.match(text, position)
+                assert phrase is not None  # "[...]*" matches everywhere
+                position = phrase.end()
         return "".join(out) + text[position:] if out else text
 
     return mask
@@ -158,7 +160,7 @@ def _spaced(text: str) -> str:
             continue
         verdict = classify(key.group("name"))
         value = _SPACED_VALUE_RE.match(text, key.end()) if verdict else None
-        if value is None:
+        if verdict is None or value is None:
             continue
         raw = value.group("value")
         quoted = raw[:1] in ("'", '"') and len(raw) > 2

@@ -164,7 +164,9 @@ def yaml_depth_bound(text: str, limit: int) -> int:
     line_start = 0
     for line_end in [*(m.start() for m in _YAML_LINE_BREAK.finditer(text)), len(text)]:
         line = text[line_start:line_end]
-        indent = _BLANKS.match(line).end()
+        blanks = _BLANKS.match(line)
+        assert blanks is not None  # "[ \t]*" matches everywhere
+        indent = blanks.end()
         if indent < len(line):
             # The parser drops deeper columns where a line starts a token in block context.
             if flow == 0 and not _inside(skipped, starts, line_start + indent):
@@ -178,7 +180,9 @@ def yaml_depth_bound(text: str, limit: int) -> int:
             for match in _BLOCK_INDICATOR.finditer(leading, indent):
                 if leading[match.start()] != ":":
                     _add_column(columns, match.start())
-                after = _BLANKS.match(line, match.end()).end()
+                blanks = _BLANKS.match(line, match.end())
+                assert blanks is not None
+                after = blanks.end()
                 if after < len(line):
                     _add_column(columns, after)
                 if 2 * len(columns) > limit:

@@ -167,7 +167,9 @@ def _percent(text: str, mask: Mask) -> str:
         start = escape.start()
         while start > done and text[start - 1] not in " \t\r\n\"'<>`":
             start -= 1
-        end = _URL_CHARS_RE.match(text, escape.end()).end()
+        run = _URL_CHARS_RE.match(text, escape.end())
+        assert run is not None  # "[...]*" matches everywhere
+        end = run.end()
         token = text[start:end]
         inner = unquote(token)
         masked = mask(inner) if inner != token else inner

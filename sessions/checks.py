@@ -11,7 +11,7 @@ from django.db import DatabaseError
 def check_queue_timeouts(app_configs, **kwargs) -> list[CheckMessage]:
     cluster = settings.Q_CLUSTER
     timeout = settings.TARSY_SESSION_TIMEOUT
-    problems = []
+    problems: list[CheckMessage] = []
     if cluster["timeout"] <= timeout:
         problems.append(
             Error(

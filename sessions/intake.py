@@ -75,7 +75,7 @@ def validate_alert(
     runbook: Any = None,
     mcp: Any = None,
     slack_message_fingerprint: Any = None,
-    unknown_fields: set[str] = frozenset(),
+    unknown_fields: set[str] | frozenset[str] = frozenset(),
 ) -> ValidAlert:
     if unknown_fields:
         names = ", ".join(_shorten(name, 40) for name in sorted(unknown_fields)[:10])
@@ -247,7 +247,7 @@ def _last_listings() -> dict[str, set[str]]:
 
     return {
         health.server_id: {tool["name"] for tool in health.tools}
-        for health in MCPServerHealth.objects.exclude(checked_at=None)
+        for health in MCPServerHealth.objects.all()  # checked_at is never null
         if health.tools or health.healthy
     }
 

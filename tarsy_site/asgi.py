@@ -26,7 +26,8 @@ application = ProtocolTypeRouter(
     {
         "http": django_application,
         "websocket": SameOriginValidator(
-            AuthMiddlewareStack(BearerTokenMiddleware(URLRouter(websocket_urlpatterns)))
+            # Its URLPatterns route consumers (tarsy_site/routing.py), as the stubs cannot tell.
+            AuthMiddlewareStack(BearerTokenMiddleware(URLRouter(websocket_urlpatterns)))  # type: ignore[arg-type]
         ),
     }
 )

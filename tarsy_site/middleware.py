@@ -10,6 +10,9 @@ answers in its own JSON error shape, naming the field.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 
@@ -20,7 +23,10 @@ def _nul_in(request: HttpRequest) -> str:
         return ""
     if "\x00" in request.path:
         return "the URL path"
-    sources = (("query string", request.GET), ("cookie", request.COOKIES))
+    sources: tuple[tuple[str, Mapping[str, Any]], ...] = (
+        ("query string", request.GET),
+        ("cookie", request.COOKIES),
+    )
     if request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
         sources += (("form field", request.POST),)
     for what, values in sources:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -89,7 +90,7 @@ TEMPLATES = [
 ]
 
 
-def _database() -> dict:
+def _database() -> dj_database_url.DBConfig:
     url = env_str("DATABASE_URL")
     if not url:
         DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -181,7 +182,7 @@ CHANNEL_LAYERS = {
 # sit above it so that django-q2 never kills or re-delivers a healthy run (a system
 # check in sessions/checks.py holds this).
 TARSY_SESSION_TIMEOUT = env_float("TARSY_SESSION_TIMEOUT", 40 * 60, minimum=1)
-Q_CLUSTER = {
+Q_CLUSTER: dict[str, Any] = {
     "name": "tarsy",
     "orm": "default",
     "workers": env_int("TARSY_WORKERS", 2, minimum=1),

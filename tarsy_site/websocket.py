@@ -86,5 +86,6 @@ class SameOriginValidator:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
         if scope["type"] == "websocket" and not origin_allowed(scope):
-            return await WebsocketDenier()(scope, receive, send)
+            # The stubs type a scope as a TypedDict; ASGI passes a plain dict.
+            return await WebsocketDenier()(scope, receive, send)  # type: ignore[arg-type]
         return await self.application(scope, receive, send)

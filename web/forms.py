@@ -20,7 +20,8 @@ summary: payments-api pods are restarting repeatedly (CrashLoopBackOff)"""
 
 class AlertForm(forms.Form):
     alert_type = forms.ChoiceField()
-    data = forms.CharField(
+    # A field, moved into base_fields by the form's metaclass: Form.data stays the input.
+    data = forms.CharField(  # type: ignore[assignment]
         label="Alert data",
         widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false"}),
         strip=False,
@@ -63,13 +64,14 @@ class AlertForm(forms.Form):
 
         super().__init__(*args, **kwargs)
         config = get_config()
-        self.fields["alert_type"].choices = [(t, t) for t in config.alert_types]
+        # self.fields holds Fields to the stubs; these three are ChoiceFields.
+        self.fields["alert_type"].choices = [(t, t) for t in config.alert_types]  # type: ignore[attr-defined]
         self.fields["alert_type"].initial = config.defaults.alert_type
         self.fields["data"].initial = EXAMPLE_ALERT
         self._runbook_fields(config)
-        self.fields["mcp_servers"].choices = [(s, s) for s in sorted(config.mcp_servers)]
+        self.fields["mcp_servers"].choices = [(s, s) for s in sorted(config.mcp_servers)]  # type: ignore[attr-defined]
         listed = MCPServerHealth.objects.filter(server_id__in=config.mcp_servers)
-        self.fields["mcp_tools"].choices = [
+        self.fields["mcp_tools"].choices = [  # type: ignore[attr-defined]
             (f"{health.server_id}.{tool['name']}", f"{health.server_id}.{tool['name']}")
             for health in listed
             for tool in sorted(health.tools, key=lambda t: t["name"])
@@ -113,6 +115,7 @@ class AlertForm(forms.Form):
 
     def clean(self) -> dict:
         cleaned = super().clean()
+        assert cleaned is not None  # Form.clean returns cleaned_data
         if "data" in cleaned and "alert_type" in cleaned:
             try:
                 self.alert: ValidAlert = validate_alert(

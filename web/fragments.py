@@ -58,7 +58,7 @@ def stage_fragment(stage: Stage, *, created: bool) -> str:
     """A new stage's (empty) section, or the header of one the page already has. A chat
     stage starting or ending also changes what the chat box offers."""
     template = "_stage.html" if created else "_stage_header.html"
-    html = render_to_string(
+    html: str = render_to_string(
         f"sessions/partials/{template}",
         {"stage": stage, "executions": [], "items": [], "live": True},
     )

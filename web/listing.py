@@ -17,9 +17,11 @@ from django.db import connection
 from django.db.models import (
     Case,
     DurationField,
+    Expression,
     ExpressionWrapper,
     F,
     IntegerField,
+    OrderBy,
     QuerySet,
     Value,
     When,
@@ -47,7 +49,7 @@ RANGES = {
     "30d": timedelta(days=30),
 }
 # Column → what it sorts by; the table's headers use these names.
-SORTS = {
+SORTS: dict[str, F | Expression] = {
     "status": F("status"),
     "alert_type": F("alert_type"),
     "chain": F("chain_id"),
@@ -118,7 +120,7 @@ class ListState:
                 f"{', '.join(HISTORY_STATUSES)}."
             )
             statuses = tuple(s for s in statuses if s in HISTORY_STATUSES)
-        texts = {}
+        texts: dict[str, Any] = {}
         for name in ("alert_type", "chain", "author"):
             value = params.get(name, "").strip()
             if len(value) > MAX_TEXT_FILTER:
@@ -266,6 +268,7 @@ def history(state: ListState) -> QuerySet[AlertSession]:
     column = state.sort.removeprefix("-")
     key = SORTS[column]
     nulls = {"nulls_last": True} if column in NULLABLE_SORTS else {}
+    order: list[OrderBy | str]
     if state.sort.startswith("-"):
         order = [key.desc(**nulls), "-created_at", "-id"]
     else:
@@ -285,10 +288,13 @@ class HistoryPage:
 
 def history_page(state: ListState) -> HistoryPage:
     capped = False
+    page: Page[AlertSession]
     if state.query and state.sort == DEFAULT_SORT:
         results = _NewestMatches(state)
         capped = results.matched > SEARCH_COUNT_CAP
-        page = Paginator(results, state.per_page).get_page(state.page)
+        # The Paginator needs only count() and slices; the stubs' protocol also asks for
+        # len() and iter().
+        page = Paginator(results, state.per_page).get_page(state.page)  # type: ignore[arg-type]
     else:
         page = Paginator(history(state), state.per_page).get_page(state.page)
     # Each row's score badge: the page's newest scores in one query.
@@ -303,7 +309,9 @@ class _NewestMatches:
     PostgreSQL its planner does that with the ORM's query."""
 
     def __init__(self, state: ListState) -> None:
+        assert state.query is not None  # made for a search only
         self.state = state
+        self.query: search.Query = state.query
         self.sqlite = connection.vendor == "sqlite"
         if self.sqlite:
             self.filters, self.params = _sql_filters(state)
@@ -318,7 +326,7 @@ class _NewestMatches:
         if self._count is None:
             if self.sqlite:
                 self._count = search.count_matches(
-                    self.state.query, self.filters, self.params, cap=SEARCH_COUNT_CAP
+                    self.query, self.filters, self.params, cap=SEARCH_COUNT_CAP
                 )
             else:
                 self._count = history(self.state)[: SEARCH_COUNT_CAP + 1].count()
@@ -328,7 +336,7 @@ class _NewestMatches:
         if not self.sqlite:
             return list(history(self.state)[window])
         ids = search.newest_matches(
-            self.state.query,
+            self.query,
             self.filters,
             self.params,
             limit=window.stop - window.start,

@@ -33,7 +33,7 @@ HISTORY_WINDOW = 24 * 3600  # seconds of channel history searched for the finger
 HISTORY_PAGES = 5  # of 200 messages each
 TIMEOUT = 10  # seconds per Slack API call
 
-ENDINGS = {
+ENDINGS: dict[str, tuple[str, str]] = {
     SessionStatus.COMPLETED: (":white_check_mark:", "Investigation complete"),
     SessionStatus.FAILED: (":x:", "Investigation failed"),
     SessionStatus.TIMED_OUT: (":hourglass:", "Investigation timed out"),
@@ -99,7 +99,8 @@ def find_thread(client: WebClient, channel: str, fingerprint: str, *, now: float
         page = client.conversations_history(
             channel=channel, oldest=str(int(now - HISTORY_WINDOW)), limit=200, cursor=cursor
         )
-        for message in page.get("messages", []):
+        messages: list[dict[str, Any]] = page.get("messages", [])
+        for message in messages:
             text = _message_text(message)
             if wanted in _normalize(mask_alert(text) if masked else text):
                 return str(message.get("ts", ""))

@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import IO, Any
+from typing import Any, TextIO
 
 import anyio
 import httpx2
@@ -104,7 +104,7 @@ class MCPConnection:
         self._task: asyncio.Task[None] | None = None
         self._restarting: asyncio.Lock | None = None
         # A real file: a stdio child process needs a file descriptor for its stderr.
-        self._stderr: IO[str] | None = None
+        self._stderr: TextIO | None = None
 
     # --- life -------------------------------------------------------------------------------
 
@@ -150,6 +150,7 @@ class MCPConnection:
         params = StdioServerParameters(
             command=transport.command, args=list(transport.args), env=dict(transport.env)
         )
+        assert self._stderr is not None  # opened by start()
         return stdio_client(params, errlog=self._stderr)
 
     def _headers(self, transport: HttpTransport) -> dict[str, str]:
@@ -334,8 +335,18 @@ async def _http_transport(
     hooks = {"response": [on_response]}
     if transport.type == "sse":
 
-        def factory(**kwargs: Any) -> httpx2.AsyncClient:
-            return httpx2.AsyncClient(verify=transport.verify_ssl, event_hooks=hooks, **kwargs)
+        def factory(
+            headers: dict[str, str] | None = None,
+            timeout: httpx2.Timeout | None = None,
+            auth: httpx2.Auth | None = None,
+        ) -> httpx2.AsyncClient:
+            return httpx2.AsyncClient(
+                verify=transport.verify_ssl,
+                event_hooks=hooks,
+                headers=headers,
+                timeout=timeout,
+                auth=auth,
+            )
 
         async with sse_client(
             transport.url,

@@ -80,7 +80,7 @@ class MCPHub:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                ready = concurrent.futures.Future()
+                ready: concurrent.futures.Future[None] = concurrent.futures.Future()
 
                 def run() -> None:
                     asyncio.set_event_loop(loop)
@@ -123,7 +123,11 @@ class MCPHub:
         connection = shared.connection
         if connection.alive:
             return connection
-        if shared.error is not None and time.monotonic() - shared.failed_at < FAIL_FAST_FOR:
+        if (
+            shared.error is not None
+            and shared.failed_at is not None  # set with the error
+            and time.monotonic() - shared.failed_at < FAIL_FAST_FOR
+        ):
             raise shared.error  # it failed moments ago: say so now, not after init_timeout
         try:
             await connection.restart()

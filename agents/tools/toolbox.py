@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import asdict
 from types import TracebackType
 from typing import Any
@@ -70,7 +70,9 @@ class ToolBox:
 
     async def _start(self) -> None:
         """Start this execution's own servers and make sure the shared ones run."""
-        starts = [hub().list_tools(sid, config) for sid, config in self._shared.items()]
+        starts: list[Awaitable[object]] = [
+            hub().list_tools(sid, config) for sid, config in self._shared.items()
+        ]
         if self._pool is not None:
             starts.append(self._pool.__aenter__())
         results = await asyncio.gather(*starts, return_exceptions=True)

@@ -163,7 +163,9 @@ def _counts(rows) -> Any:
     return rows.values("session_id").annotate(n=Count("id"))
 
 
-def session_items(sessions: list[AlertSession], *, matched_in_content: set[Any] = frozenset()):
+def session_items(
+    sessions: list[AlertSession], *, matched_in_content: set[Any] | frozenset[Any] = frozenset()
+):
     """List items (§1.2) of a page of sessions."""
     ids = [s.id for s in sessions]
     stats = session_stats(ids)
@@ -444,7 +446,7 @@ def timeline_item(event: TimelineEvent) -> dict[str, Any]:
         "stage_id": sid(event.stage_id),
         "execution_id": sid(event.execution_id),
         "parent_execution_id": sid(
-            event.execution.parent_execution_id if event.execution_id else None
+            event.execution.parent_execution_id if event.execution else None
         ),
         "sequence_number": event.sequence_number,
         "created_at": iso(event.created_at),

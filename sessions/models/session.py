@@ -4,8 +4,12 @@ the conversation messages."""
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 from django.db import models
+
+if TYPE_CHECKING:
+    from sessions.models.followups import SessionScore
 
 
 class SessionStatus(models.TextChoices):
@@ -110,6 +114,13 @@ class AlertSession(models.Model):
     # The highest event-log id of this session deleted by the log's expiry
     # (services.event_log_prune): a client resuming from before it must reload.
     events_pruned_through = models.BigIntegerField(default=0)
+
+    # Not columns: set on listed sessions by the selectors that list them, for their
+    # templates, and absent otherwise (sessions/selectors/).
+    latest_score_row: SessionScore | None
+    current_stage: Stage | None
+    current_stage_number: int
+    queue_position: int
 
     class Meta:
         ordering = ["-created_at"]

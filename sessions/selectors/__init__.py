@@ -304,6 +304,7 @@ def streamed_text(timeline_event_ids: list[int], *, up_to_event_id: int) -> dict
         .values_list("timeline_event_id", "payload")
     )
     for timeline_event_id, payload in rows:
+        assert timeline_event_id is not None  # filtered on it
         chunks[timeline_event_id].append(payload.get("delta", ""))
     return {key: "".join(parts) for key, parts in chunks.items()}
 

@@ -4,7 +4,7 @@ grouped into stages and agents, sub-agents nested under the agent that dispatche
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from sessions.models import AgentExecution, Stage
 
@@ -31,6 +31,7 @@ class TimelineItem:
     def from_model(cls, event, streamed: str = "") -> TimelineItem:
         """From a row of ``selectors.session_timeline_for_page`` (a long tool result's
         body left out) or a plain row."""
+        content: str | None
         if event.status == "streaming":
             content = streamed
         else:
@@ -67,6 +68,7 @@ class TimelineItem:
         """Whether the page carries this item's body, or loads it when opened."""
         from sessions.selectors import INLINE_RESULT_CHARS
 
+        assert self.content_length is not None  # set by __post_init__
         return self.event_type != "llm_tool_call" or self.content_length <= INLINE_RESULT_CHARS
 
     @property
@@ -84,31 +86,43 @@ class TimelineItem:
         return "#session-items"
 
 
+class _Placed(Protocol):
+    """What places an item in the tree: a timeline item, or a trace's interaction."""
+
+    @property
+    def execution_id(self) -> int | None: ...
+    @property
+    def stage_id(self) -> int | None: ...
+
+
+ItemT = TypeVar("ItemT", bound=_Placed)
+
+
 @dataclass
-class ExecutionNode:
+class ExecutionNode(Generic[ItemT]):
     """An agent's card: its items, and the sub-agents it dispatched."""
 
     execution: AgentExecution
-    items: list[TimelineItem] = field(default_factory=list)
-    children: list[ExecutionNode] = field(default_factory=list)
+    items: list[ItemT] = field(default_factory=list)
+    children: list[ExecutionNode[ItemT]] = field(default_factory=list)
 
 
 @dataclass
-class StageNode:
+class StageNode(Generic[ItemT]):
     stage: Stage
-    executions: list[ExecutionNode] = field(default_factory=list)
-    items: list[TimelineItem] = field(default_factory=list)  # the stage's own: a chat question
+    executions: list[ExecutionNode[ItemT]] = field(default_factory=list)
+    items: list[ItemT] = field(default_factory=list)  # the stage's own: a chat question
 
 
 def session_tree(
-    stages: list[Stage], executions: list[AgentExecution], items: list[TimelineItem]
-) -> tuple[list[StageNode], list[TimelineItem]]:
+    stages: list[Stage], executions: list[AgentExecution], items: list[ItemT]
+) -> tuple[list[StageNode[ItemT]], list[ItemT]]:
     """Stages in order, each with its own items and its agents (sub-agents nested under
     the agent that dispatched them), each with its items; and the items of the session
     itself."""
-    nodes = {e.id: ExecutionNode(e) for e in executions}
-    by_stage = {stage.id: StageNode(stage) for stage in stages}
-    loose = []
+    nodes: dict[int, ExecutionNode[ItemT]] = {e.id: ExecutionNode(e) for e in executions}
+    by_stage: dict[int | None, StageNode[ItemT]] = {s.id: StageNode(s) for s in stages}
+    loose: list[ItemT] = []
     for item in items:
         node = nodes.get(item.execution_id) if item.execution_id else by_stage.get(item.stage_id)
         (node.items if node else loose).append(item)

@@ -40,10 +40,14 @@ class TraceEntry:
     def execution_id(self) -> int | None:
         return self.interaction.execution_id
 
+    @property
+    def stage_id(self) -> int | None:
+        return None  # an interaction is placed by its execution alone
+
 
 @dataclass(frozen=True)
 class Trace:
-    stages: list[StageNode]
+    stages: list[StageNode[TraceEntry]]
     # Interactions of no agent (the session's own); the page lists them apart.
     session_entries: list[TraceEntry]
     llm_count: int
@@ -56,8 +60,9 @@ def session_trace(session: AlertSession) -> Trace:
     them), each with its interactions in the order they happened."""
     llm_interactions = list(session.llm_interactions.defer(*LLM_BODY_FIELDS).order_by("id"))
     mcp_interactions = list(_mcp_summaries(session))
+    interactions: list[LLMInteraction | MCPInteraction] = [*llm_interactions, *mcp_interactions]
     entries = sorted(
-        (TraceEntry(i) for i in [*llm_interactions, *mcp_interactions]),
+        (TraceEntry(i) for i in interactions),
         # A model call is recorded when it ends, before the tools it asked for run.
         key=lambda entry: (entry.interaction.created_at, entry.kind != "llm"),
     )

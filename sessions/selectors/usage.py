@@ -129,7 +129,7 @@ def usage_report(*, window: UsageWindow, grouping: str) -> UsageReport:
     included), biggest first for the other groupings, and their total."""
     calls = LLMInteraction.objects.filter(created_at__gte=window.start, created_at__lt=window.end)
     if grouping == "day":
-        group = TruncDate("created_at", tzinfo=timezone.get_default_timezone())
+        group: TruncDate | F = TruncDate("created_at", tzinfo=timezone.get_default_timezone())
     else:
         group = _GROUP_EXPRESSIONS[grouping]
     # Annotations may not reuse the model's field names, hence the sum_ prefixes.

@@ -56,7 +56,7 @@ ANSWER_RUNNING = "a chat response is already being generated"
 
 # Why a session cannot take a question (TARSy's words). Unlike TARSy, a cancelled
 # session can: what it found before it was stopped is worth asking about.
-_NOT_AVAILABLE = {
+_NOT_AVAILABLE: dict[str, str] = {
     SessionStatus.PENDING: "chat is not available while session is still processing",
     SessionStatus.IN_PROGRESS: "chat is not available while session is still processing",
     SessionStatus.CANCELLING: "chat is not available while session is being cancelled",
@@ -275,6 +275,7 @@ def chat_answer_cancel(*, session_id: Any, by: str) -> bool:
             status=ChatMessageStatus.CANCELLED, cancelled_by=by, completed_at=timezone.now()
         ):
             return False  # a worker took it meanwhile (not on SQLite: its lock is global)
+        assert message.stage is not None  # a question is stored with its stage
         stage_close(message.stage, ExecutionStatus.CANCELLED, f"Cancelled by {by}")
         return True
 

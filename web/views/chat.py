@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sessions import services
 from sessions.models import OPEN_CHAT_MESSAGE_STATUSES, AlertSession, ChatMessage
+from web.views import HtmxHttpRequest
 
 
 def chat_box_html(
@@ -51,7 +52,7 @@ def chat_box(request: HttpRequest, session_id) -> HttpResponse:
 
 
 @require_POST
-def chat_send(request: HttpRequest, session_id) -> HttpResponse:
+def chat_send(request: HtmxHttpRequest, session_id) -> HttpResponse:
     """Ask a question. htmx gets the box back (200 even when the question was refused:
     htmx swaps only successful responses, and the reason belongs in the box); a plain
     form goes back to the session page, or gets the box with the reason."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.paginator import Paginator
 from django.db.models import F, QuerySet
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -24,6 +24,7 @@ from sessions.services import (
     ReviewRejected,
     ReviewResult,
 )
+from web.views import HtmxHttpRequest
 
 TRIAGE_PAGE_SIZE = 20
 MAX_BULK = 50
@@ -78,7 +79,7 @@ RATINGS = [
     (QualityRating.PARTIALLY_ACCURATE, "Partially accurate"),
     (QualityRating.INACCURATE, "Inaccurate"),
 ]
-ACTION_DONE = {
+ACTION_DONE: dict[str, str] = {
     ReviewAction.CLAIM: "claimed",
     ReviewAction.UNCLAIM: "unclaimed",
     ReviewAction.COMPLETE: "completed",
@@ -106,7 +107,7 @@ def _change_from_form(data: QueryDict) -> ReviewChange:
 
 
 @require_POST
-def session_review(request: HttpRequest, session_id) -> HttpResponse:
+def session_review(request: HtmxHttpRequest, session_id) -> HttpResponse:
     """One action from a session page's review panel; htmx swaps the panel in place."""
     session = get_object_or_404(AlertSession, id=session_id)
     problem = done = ""
@@ -167,7 +168,7 @@ class TriageView:
         return sessions
 
 
-def _render_triage(request: HttpRequest, view: TriageView, status: int = 200) -> HttpResponse:
+def _render_triage(request: HtmxHttpRequest, view: TriageView, status: int = 200) -> HttpResponse:
     user = request.user.get_username()
     page = Paginator(view.sessions(user), TRIAGE_PAGE_SIZE).get_page(view.page_number)
     context: dict[str, Any] = {
@@ -185,12 +186,12 @@ def _render_triage(request: HttpRequest, view: TriageView, status: int = 200) ->
 
 
 @require_GET
-def triage(request: HttpRequest) -> HttpResponse:
+def triage(request: HtmxHttpRequest) -> HttpResponse:
     return _render_triage(request, TriageView.from_query(request.GET))
 
 
 @require_POST
-def triage_review(request: HttpRequest) -> HttpResponse:
+def triage_review(request: HtmxHttpRequest) -> HttpResponse:
     """A row's action, or a bulk action on the ticked sessions of the current tab."""
     view = TriageView.from_query(request.POST)
     session_ids = request.POST.getlist("session_ids")

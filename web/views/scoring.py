@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 from sessions import services
 from sessions.models import AlertSession
 from sessions.selectors import scoring as scoring_selectors
+from web.views import HtmxHttpRequest
 
 __all__ = ["score_fragments", "session_rescore"]
 
@@ -31,7 +32,7 @@ def score_fragments(session_id: Any) -> str:
 
 
 @require_POST
-def session_rescore(request: HttpRequest, session_id) -> HttpResponse:
+def session_rescore(request: HtmxHttpRequest, session_id) -> HttpResponse:
     """The Re-score button: queue a new scoring (the earlier ones stay as history). htmx
     gets the Scoring section back, with the reason when it was refused."""
     session = AlertSession.objects.filter(id=session_id).first()

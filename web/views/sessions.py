@@ -14,9 +14,10 @@ from sessions.selectors.timeline import TimelineItem, session_tree
 from web import listing
 from web.forms import AlertForm, resubmitted_alert
 from web.listing import ListState
+from web.views import HtmxHttpRequest
 
 
-def session_list(request: HttpRequest) -> HttpResponse:
+def session_list(request: HtmxHttpRequest) -> HttpResponse:
     """Active and queued panels, and the history with its filters, search, sort and page
     (all in the URL). An htmx request from the filters gets the live part alone."""
     state = ListState.from_query(request.GET)
@@ -128,7 +129,7 @@ def item_body(request: HttpRequest, item_id: int) -> HttpResponse:
 
 
 @require_POST
-def session_cancel(request: HttpRequest, session_id) -> HttpResponse:
+def session_cancel(request: HtmxHttpRequest, session_id) -> HttpResponse:
     session = get_object_or_404(AlertSession, id=session_id)
     reason = request.POST.get("reason", "").strip()[: services.CANCEL_REASON_LIMIT]
     try:
@@ -141,7 +142,7 @@ def session_cancel(request: HttpRequest, session_id) -> HttpResponse:
 
 
 @require_POST
-def execution_cancel(request: HttpRequest, session_id, execution_id: int) -> HttpResponse:
+def execution_cancel(request: HtmxHttpRequest, session_id, execution_id: int) -> HttpResponse:
     get_object_or_404(AgentExecution, id=execution_id, session_id=session_id)
     try:
         services.execution_cancel(
@@ -152,7 +153,7 @@ def execution_cancel(request: HttpRequest, session_id, execution_id: int) -> Htt
     return _after_cancel(request, session_id)
 
 
-def _after_cancel(request: HttpRequest, session_id, problem: str = "", status: int = 200):
+def _after_cancel(request: HtmxHttpRequest, session_id, problem: str = "", status: int = 200):
     """htmx: nothing to swap, the live socket shows what happens; a plain form: back to
     the session page."""
     if request.htmx:

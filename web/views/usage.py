@@ -52,6 +52,7 @@ class UsageForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        assert cleaned is not None  # Form.clean returns cleaned_data
         preset = cleaned.get("range")
         if preset is None or self.has_error("from") or self.has_error("to"):
             return cleaned
