@@ -288,9 +288,7 @@ async def _run_chain(
     return analysis, summary, summary_error
 
 
-async def session_runbook(
-    session: AlertSession, lease: services.Lease, config: TarsyConfig
-) -> str:
+async def session_runbook(session: AlertSession, lease: services.Lease, config: TarsyConfig) -> str:
     """The runbook the session's agents read: the alert's (URL or text), else the default.
     A URL that cannot be fetched leaves a warning on the timeline and no runbook."""
     url = session.runbook_url

@@ -15,4 +15,3 @@ RELAY_LAG = Histogram(
 WEBSOCKET_CONNECTIONS = Gauge(
     "tarsy_websocket_connections", "Open WebSocket connections in this web process.", ["kind"]
 )
-

@@ -209,7 +209,9 @@ FIELDS: dict[str, Source] = {
     f"{S}.MCPServerHealth.tools": outside(
         "agents.tools.mcp_hub.record_health: descriptions masked, names are IDENTIFIERs"
     ),
-    f"{S}.MCPServerHealth.error": outside("agents.tools.mcp_hub.record_health: the server's stderr"),
+    f"{S}.MCPServerHealth.error": outside(
+        "agents.tools.mcp_hub.record_health: the server's stderr"
+    ),
     f"{S}.ApiToken.token_hash": internal("SHA-256 of a token we generated"),
     f"{S}.ApiToken.prefix": internal("the first characters of a token we generated"),
     f"{S}.SessionSearch.body": derived("the session's masked and model texts"),

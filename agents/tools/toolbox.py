@@ -197,9 +197,7 @@ def warm_catalog(config: TarsyConfig, *, timeout: float = 30.0) -> None:
             logger.warning("MCP servers %s: could not list tools: %s", list(servers), exc)
             return
         for server_id in servers:
-            mine = {
-                tool_parts(t.name)[1]: t for t in tools if tool_parts(t.name)[0] == server_id
-            }
+            mine = {tool_parts(t.name)[1]: t for t in tools if tool_parts(t.name)[0] == server_id}
             await asyncio.to_thread(record_health, server_id, tools=_as_mcp_tools(mine))
 
     async def warm() -> None:

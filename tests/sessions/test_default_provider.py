@@ -9,14 +9,14 @@ from dataclasses import dataclass
 import pytest
 from django.contrib.auth.models import AnonymousUser
 from django.test import RequestFactory
-from sessions.context_processors import demo_provider
-from sessions.system_status import default_provider_warnings
 
 from agents.resolver import ResolutionError, provider_choice
 from config.loader import get_config
 from config.providers import default_provider
 from llm.models import LLMProvider, ProviderType
 from sessions.checks import check_config_references
+from sessions.selectors.system import default_provider_warnings
+from web.context_processors import demo_provider
 
 
 @dataclass(frozen=True)
