@@ -1,5 +1,5 @@
 """tarsy.yaml's schema (config/schema.py): pydantic's own errors in TARSy's words, every
-mistake on its own line, and the file as the README shows it."""
+mistake on its own line, and the file as docs/configuration.md shows it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from config.fields import Schema
 from config.loader import ConfigError, load_config
 from tests.agents.test_config import BASE, error_for, with_change, write
 
-README = Path(__file__).parents[2] / "README.md"
+CONFIGURATION_DOC = Path(__file__).parents[2] / "docs" / "configuration.md"
 
 
 def lines_for(tmp_path: Path, config: dict) -> list[str]:
@@ -136,7 +136,7 @@ def test_a_key_set_to_nothing_is_unset(tmp_path):
 
 
 def test_investigation_is_the_default_agent_type_spelled_out(tmp_path):
-    # The README shows `type: investigation`; it is what an agent without a type is.
+    # docs/configuration.md shows `type: investigation`; it is what an agent without a type is.
     config = with_change(["agents", "KubernetesAgent", "type"], "investigation")
     assert load_config(write(tmp_path, config)).agents["KubernetesAgent"].type == ""
 
@@ -175,9 +175,9 @@ def test_the_yaml_is_bounded_before_the_schema_sees_it(tmp_path):
         load_config(path)
 
 
-def test_the_readme_example_is_a_valid_tarsy_yaml(tmp_path):
-    text = README.read_text()
-    example = re.search(r"### `tarsy.yaml`.*?```yaml\n(.*?)```", text, re.S).group(1)
+def test_the_documented_example_is_a_valid_tarsy_yaml(tmp_path):
+    text = CONFIGURATION_DOC.read_text()
+    example = re.search(r"## `tarsy.yaml`.*?```yaml\n(.*?)```", text, re.S).group(1)
     config = yaml.safe_load(example)
     # The example's chains name agents it leaves out for brevity.
     for name in ("WorkloadAgent", "ChangeAgent", "LogAgent", "EventsAgent"):
