@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import uuid
@@ -53,14 +54,25 @@ def running_session(**fields) -> tuple[AlertSession, Lease]:
     return session, Lease(session.id, token)
 
 
+@functools.cache
+def password_hash(password: str) -> str:
+    """The stored form of ``password`` (Django's PBKDF2, as in production). Hashing takes
+    about half a second on the CI box, so each test process hashes once for every user."""
+    from django.contrib.auth.hashers import make_password
+
+    return make_password(password)
+
+
 @pytest.fixture
 def user(db):
-    return get_user_model().objects.create_user("alice", password="s3cret-pass")
+    return get_user_model().objects.create(username="alice", password=password_hash("s3cret-pass"))
 
 
 @pytest.fixture
 def outsider(db):
-    return get_user_model().objects.create_user("mallory", password="s3cret-pass")
+    return get_user_model().objects.create(
+        username="mallory", password=password_hash("s3cret-pass")
+    )
 
 
 @pytest.fixture
