@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import functools
+import os
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -51,14 +54,25 @@ def running_session(**fields) -> tuple[AlertSession, Lease]:
     return session, Lease(session.id, token)
 
 
+@functools.cache
+def password_hash(password: str) -> str:
+    """The stored form of ``password`` (Django's PBKDF2, as in production). Hashing takes
+    about half a second on the CI box, so each test process hashes once for every user."""
+    from django.contrib.auth.hashers import make_password
+
+    return make_password(password)
+
+
 @pytest.fixture
 def user(db):
-    return get_user_model().objects.create_user("alice", password="s3cret-pass")
+    return get_user_model().objects.create(username="alice", password=password_hash("s3cret-pass"))
 
 
 @pytest.fixture
 def outsider(db):
-    return get_user_model().objects.create_user("mallory", password="s3cret-pass")
+    return get_user_model().objects.create(
+        username="mallory", password=password_hash("s3cret-pass")
+    )
 
 
 @pytest.fixture
@@ -144,3 +158,158 @@ def scripted_summaries(db) -> Callable[[dict], None]:
             chain["executive_summary_provider"] = "summaries"
 
     return use
+
+
+# --- Parallel runs (pytest-xdist, bin/test) ------------------------------------------------
+#
+# Each xdist worker gets a data directory of its own (TARSY_DATA_DIR): the SQLite wake-up
+# ports its event relays announce (sessions/wakeup.py) and whatever child processes write
+# there stay apart from the other workers'. pytest-django already gives each worker its own
+# test database (``..._gw0``). Settings were read before this file loads, so the worker's
+# directory is set both in Django's settings (this process) and in the environment (the
+# processes the tests start).
+if _xdist_worker := os.environ.get("PYTEST_XDIST_WORKER"):
+    from django.conf import settings as _settings
+
+    _settings.DATA_DIR = _settings.DATA_DIR / f"pytest-{_xdist_worker}"
+    _settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
+    os.environ["TARSY_DATA_DIR"] = str(_settings.DATA_DIR)
+
+TESTS = Path(__file__).resolve().parent
+# Tests that start real processes: daphne and qcluster deployments, Chromium, MCP servers
+# (over stdio or HTTP), fake model APIs as processes, child interpreters. They take
+# seconds each and are marked ``real_process``; ``bin/test --fast`` runs everything else.
+# An entry is a directory or module under tests/, or ``module::test`` (every
+# parametrization). A full run names any other test that starts a process at its end.
+REAL_PROCESS = (
+    "e2e/",
+    "test_hostile_corpus.py",
+    "agents/test_chains.py",
+    "agents/test_controller.py",
+    "agents/test_kubernetes_mcp_server.py",
+    "agents/test_mcp_client.py",
+    "agents/test_mcp_hub.py",
+    "agents/test_mcp_transports.py",
+    "agents/test_tool_results.py",
+    "agents/test_toolbox.py",
+    "agents/test_with_real_sdks.py",
+    "agents/test_chat.py::test_the_demo_provider_answers_a_question_with_what_it_found_and_sees_now",
+    "compat/test_rest_compat.py::test_active_and_filter_options",
+    "compat/test_rest_compat.py::test_cancel",
+    "compat/test_rest_compat.py::test_chat_score_and_review_of_a_session_that_ran",
+    "compat/test_rest_compat.py::test_every_filter_and_sort_of_the_list_is_taken",
+    "compat/test_rest_compat.py::test_filters_select_what_they_say",
+    "compat/test_rest_compat.py::test_summary_and_status",
+    "compat/test_rest_compat.py::test_the_detail_has_stages_and_executions",
+    "compat/test_rest_compat.py::test_the_list_has_tarsys_envelope_and_items",
+    "compat/test_rest_compat.py::test_the_timeline_is_a_bare_array_with_empty_keys_omitted",
+    "llm/test_google_native.py::test_fake_runs_standalone_from_a_script",
+    "sessions/test_chat.py::test_a_cancelled_session_takes_questions_too",
+    "sessions/test_chat.py::test_a_chat_turn_is_found_by_search",
+    "sessions/test_chat.py::test_a_failed_answer_fails_its_message_and_stage_not_the_session",
+    "sessions/test_chat.py::test_a_failed_session_takes_questions_and_its_failure_is_in_the_context",
+    "sessions/test_chat.py::test_a_question_is_answered_with_a_tool_call_and_a_streamed_answer",
+    "sessions/test_chat.py::test_a_worker_whose_answer_was_reaped_stops_at_once_and_writes_nothing_more",
+    "sessions/test_chat.py::test_after_a_worker_restart_the_next_answer_reads_the_earlier_turns_from_the_database",
+    "sessions/test_chat.py::test_an_answer_over_the_session_timeout_ends_timed_out_and_keeps_what_it_said",
+    "sessions/test_chat.py::test_cancel_stops_a_running_answer_within_a_second_and_keeps_what_it_said",
+    "sessions/test_chat.py::test_the_answer_is_labelled_as_the_answer_on_load_and_live",
+    "sessions/test_chat.py::test_the_answer_re_delivered_to_another_worker_does_nothing_the_second_time",
+    "sessions/test_leases.py::test_a_worker_that_lost_its_session_stops_and_writes_nothing",
+    "sessions/test_leases.py::test_a_worker_whose_cluster_died_ends_its_session_with_the_reason",
+    "sessions/test_mcp_selection.py::test_a_tool_outside_the_selection_is_refused_by_the_toolbox",
+    "sessions/test_mcp_selection.py::test_the_agent_gets_only_the_selected_tools",
+    "sessions/test_mcp_selection.py::test_the_selection_replaces_the_agents_servers",
+    "sessions/test_metrics.py::test_a_session_run_by_the_scripted_provider_is_reported",
+    "sessions/test_scoring.py::test_the_demo_judge_scores_a_demo_investigation_end_to_end",
+    "sessions/test_scoring.py::test_the_scoring_model_calls_are_on_the_trace_page",
+    "sessions/test_setup.py::test_two_set_ups_at_once_on_a_fresh_database_both_succeed",
+    "sessions/test_shutdown.py::test_an_answer_queued_again_is_written_again_in_its_stage",
+    "sessions/test_shutdown.py::test_at_the_deadline_a_chat_answer_ends_failed_saying_why",
+    "sessions/test_shutdown.py::test_at_the_deadline_a_running_session_ends_failed_saying_why",
+    "sessions/test_shutdown.py::test_at_the_deadline_with_requeue_a_running_session_goes_back_to_the_queue",
+    "sessions/test_shutdown.py::test_the_second_run_comes_after_the_interrupted_one_and_the_counters_count_it",
+    "sessions/test_tasks.py::test_running_a_session_twice_does_nothing_the_second_time",
+    "sessions/test_tasks.py::test_the_demo_provider_investigates_the_demo_cluster_for_real",
+    "test_outside_fields.py::test_the_worker_masks_tool_results_and_provider_errors",
+)
+
+
+def _real_process(where: str, name: str) -> bool:
+    return any(
+        where.startswith(entry) if "::" not in entry else entry == f"{where}::{name}"
+        for entry in REAL_PROCESS
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+def pytest_collection_modifyitems(config, items) -> None:
+    shared_e2e_database = bool(os.environ.get("TARSY_E2E_DATABASE_URL"))
+    for item in items:
+        where = item.path.resolve().relative_to(TESTS).as_posix()
+        if _real_process(where, getattr(item, "originalname", item.name)):
+            item.add_marker(pytest.mark.real_process)
+        # A module-scoped fixture (a deployment, a pool of MCP servers) is built once per
+        # worker that runs the module's tests: keep such modules on one worker.
+        info = getattr(item, "_fixtureinfo", None)
+        if info is not None and any(
+            definition.scope == "module" and not definition.argname.startswith("_")
+            for definitions in info.name2fixturedefs.values()
+            for definition in definitions
+        ):
+            item.add_marker(pytest.mark.xdist_group(where))
+        # Deployments on one shared database empty it first: one at a time.
+        if shared_e2e_database and where.startswith("e2e/"):
+            item.add_marker(pytest.mark.xdist_group("e2e-shared-database"))
+
+
+# Which tests start processes, seen as they run (the audit events of the standard
+# library), so that a test missing from REAL_PROCESS is named at the end of the run.
+_SPAWNS = {"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec"}
+_running: list[str | None] = [None]
+_spawned: set[str] = set()
+
+
+def _audit(event: str, _args) -> None:
+    if event in _SPAWNS and _running[0] is not None:
+        _spawned.add(_running[0])
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _running[0] = item.nodeid
+    try:
+        return (yield)
+    finally:
+        _running[0] = None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if (
+        call.when == "teardown"
+        and item.nodeid in _spawned
+        and item.get_closest_marker("real_process") is None
+    ):
+        report.user_properties.append(("unmarked_real_process", True))
+    return report
+
+
+_unmarked: list[str] = []
+
+
+def pytest_runtest_logreport(report) -> None:  # in the main process, xdist or not
+    if any(name == "unmarked_real_process" for name, _ in report.user_properties):
+        _unmarked.append(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _unmarked:
+        terminalreporter.section("tests that start processes but are not real_process")
+        for nodeid in _unmarked:
+            terminalreporter.line(nodeid)
+        terminalreporter.line("add them to REAL_PROCESS in tests/conftest.py (bin/test --fast)")
