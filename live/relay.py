@@ -155,7 +155,7 @@ class EventRelay:
         finally:
             transport.close()
             if announced is not None:
-                announced.unlink(missing_ok=True)
+                wakeup.withdraw(announced)
 
     async def _listen(self) -> None:
         """LISTEN on a connection of its own; reconnect when it drops (meanwhile the

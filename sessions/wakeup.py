@@ -25,7 +25,7 @@ _REFRESH = 1.0  # seconds between re-reads of the relays directory
 
 _sender: socket.socket | None = None
 _targets: list[int] = []
-_read_at = -_REFRESH
+_read_at = float("-inf")
 
 
 def relays_dir() -> Path:
@@ -33,7 +33,7 @@ def relays_dir() -> Path:
 
 
 def announce(port: int) -> Path | None:
-    """Publish this process's relay port; returns the file to remove when it stops."""
+    """Publish this process's relay port; returns the file to pass to ``withdraw``."""
     path = relays_dir() / f"{os.getpid()}-{port}"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -41,7 +41,22 @@ def announce(port: int) -> Path | None:
     except OSError as exc:
         logger.warning("event relay: cannot announce its wake-up port (%s); it polls", exc)
         return None
+    _forget_targets()
     return path
+
+
+def withdraw(path: Path) -> None:
+    """Remove a relay's announcement when it stops."""
+    path.unlink(missing_ok=True)
+    _forget_targets()
+
+
+def _forget_targets() -> None:
+    # Writers in this process look again at once: a relay that replaced another here
+    # would otherwise miss the nudges of up to _REFRESH seconds, sent to the old port.
+    # (Other processes' writers see the change within _REFRESH.)
+    global _read_at
+    _read_at = float("-inf")
 
 
 def nudge() -> None:

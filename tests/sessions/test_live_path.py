@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.recorder import Recorder
-from sessions import selectors, services
+from sessions import selectors, services, wakeup
 from sessions.models import (
     AlertSession,
     ChatMessageStatus,
@@ -144,6 +144,31 @@ async def test_a_write_wakes_the_relay_long_before_its_safety_poll(user, setting
         assert f"word{n}" in message
     assert max(delays) < 2, delays
     await communicator.disconnect()
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="datagram wake-ups are SQLite's")
+async def test_a_relay_started_in_a_writing_process_is_woken_at_once(user, settings):
+    # A writer remembers the relays' ports for a second. When a relay starts in the
+    # writer's own process (a test's event loop, a restarted relay), the writer must not
+    # keep nudging the old port: that cost a whole poll interval in CI.
+    settings.TARSY_RELAY_POLL_INTERVAL = 30
+    gone = wakeup.announce(9)  # an old relay of this process: port 9 (discard)
+    assert gone is not None
+    try:
+        wakeup.nudge()  # a write just now: the writer remembers port 9 only
+        session, lease = await db(running_session)()
+        communicator = await connect(user, session.id)
+        await asyncio.sleep(0.2)  # the relay has started and announced itself
+        started = time.monotonic()
+        await db(services.timeline_event_add)(
+            lease=lease, event_type=TimelineEventType.LLM_RESPONSE, content="first"
+        )
+        message = await communicator.receive_from(timeout=5)
+        assert "first" in message
+        assert time.monotonic() - started < 2
+        await communicator.disconnect()
+    finally:
+        wakeup.withdraw(gone)
 
 
 # --- each session's events in its own order (PostgreSQL) --------------------------------
