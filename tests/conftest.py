@@ -246,6 +246,11 @@ def _real_process(where: str, name: str) -> bool:
 def pytest_collection_modifyitems(config, items) -> None:
     shared_e2e_database = bool(os.environ.get("TARSY_E2E_DATABASE_URL"))
     for item in items:
+        # schemathesis (4.x under pytest 9) gives every operation's test the same node id,
+        # so pytest-xdist, which schedules by node id, ran one of the 21 and dropped the
+        # rest. The item's name has the operation: the node id gets it too.
+        if not item.nodeid.endswith(f"::{item.name}") and item.parent is not None:
+            item._id = item.parent.id.child(item.name)  # pytest 9: a NodeId
         where = item.path.resolve().relative_to(TESTS).as_posix()
         if _real_process(where, getattr(item, "originalname", item.name)):
             item.add_marker(pytest.mark.real_process)
@@ -261,6 +266,21 @@ def pytest_collection_modifyitems(config, items) -> None:
         # Deployments on one shared database empty it first: one at a time.
         if shared_e2e_database and where.startswith("e2e/"):
             item.add_marker(pytest.mark.xdist_group("e2e-shared-database"))
+    seen: set[str] = set()
+    twice = [item.nodeid for item in items if item.nodeid in seen or seen.add(item.nodeid)]
+    if twice:  # pytest-xdist would run one of each and drop the rest, silently
+        raise pytest.UsageError(f"tests with the same node id: {sorted(set(twice))}")
+    # The longest first: browser tests, then modules with real processes, then the rest,
+    # so that a parallel run does not end waiting on a two-minute test started last.
+    # Modules stay whole (their fixtures are shared in order).
+    rank: dict[Path, int] = {}
+    for item in items:
+        where = item.path.resolve().relative_to(TESTS).as_posix()
+        mine = (
+            0 if where.startswith("e2e/") else 1 if item.get_closest_marker("real_process") else 2
+        )
+        rank[item.path] = min(rank.get(item.path, 2), mine)
+    items.sort(key=lambda item: rank[item.path])
 
 
 # Which tests start processes, seen as they run (the audit events of the standard

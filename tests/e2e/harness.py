@@ -7,15 +7,19 @@ daphne and a qcluster as subprocesses — the same processes ``bin/run`` starts.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import re
 import select
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -107,8 +111,6 @@ class Deployment:
         operator would; ``%s`` placeholders. UUIDs come back as 32 hex digits on both."""
         url = self.env["DATABASE_URL"]
         if url.startswith("sqlite"):
-            import sqlite3
-
             with contextlib.closing(
                 sqlite3.connect(f"file:{self.database}?mode=ro", uri=True)
             ) as db:
@@ -207,9 +209,11 @@ def deployment(
     )
     env = _environment(data_dir, database_url, extra_env)
     dep = Deployment(f"http://127.0.0.1:{port}", data_dir, env)
-    dep.manage("migrate", "--no-input", "-v0")
     if os.environ.get("TARSY_E2E_DATABASE_URL"):
+        dep.manage("migrate", "--no-input", "-v0")
         dep.manage("flush", "--no-input", "-v0")  # a shared database: start empty
+    else:
+        _copy_sqlite(_migrated_sqlite(), dep.database)
     dep.manage("shell", "-c", _provider_setup_code(provider))
     commands = {
         "daphne": _daphne_command(port),
@@ -227,6 +231,32 @@ def deployment(
         yield dep
     finally:
         _stop(dep.processes)
+
+
+_template: list[Path] = []
+
+
+def _migrated_sqlite() -> Path:
+    """An SQLite database migrated by ``manage.py migrate``, once per test process: each
+    deployment starts from a copy of it (migrating takes seconds, copying milliseconds).
+    Migrating a fresh database for real is what tests/sessions/test_setup.py checks."""
+    if not _template:
+        where = Path(tempfile.mkdtemp(prefix="tarsy-e2e-template-"))
+        atexit.register(shutil.rmtree, where, ignore_errors=True)
+        database = where / "tarsy.sqlite3"
+        env = _environment(where, f"sqlite:///{database}", None)
+        Deployment("", where, env).manage("migrate", "--no-input", "-v0")
+        _template.append(database)
+    return _template[0]
+
+
+def _copy_sqlite(source: Path, target: Path) -> None:
+    # The backup API, not a file copy: the template is in WAL mode.
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(target)) as dst,
+    ):
+        src.backup(dst)
 
 
 def _environment(
