@@ -403,15 +403,36 @@ def _stop(processes: list[subprocess.Popen]) -> None:
     # SIGTERM to each leader, as a container stop does: qcluster then stops its
     # sentinel and workers in order, within its TARSY_SHUTDOWN_GRACE (5 s here).
     # Whatever is left in a group afterwards is killed.
+    #
+    # Only pids that are still ours get a signal: a leader the test already reaped (it
+    # killed and waited for it) has a pid the system may have given to another process
+    # meanwhile — pids wrap within minutes on a box running tests in parallel, and a
+    # stray SIGTERM has ended whole pytest runs. So leaders are waited for without being
+    # reaped (a zombie keeps its pid), and a reaped leader's group is signalled only
+    # while members of it are left (a process group's id is not reused while it has any).
     for process in processes:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGTERM)
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM)
     for process in processes:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=15)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+        _wait_unreaped(process, timeout=15)
+        if process.returncode is None or process_group(process.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=15)
+
+
+def _wait_unreaped(process: subprocess.Popen, timeout: float) -> None:
+    """Until ``process`` has exited, leaving it a zombie (its pid stays its own)."""
+    deadline = time.monotonic() + timeout
+    while process.returncode is None and time.monotonic() < deadline:
+        try:
+            flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+            if os.waitid(os.P_PID, process.pid, flags) is not None:
+                return
+        except ChildProcessError:
+            return
+        time.sleep(0.05)
 
 
 def _wait_for_health(dep: Deployment, timeout: float = 60) -> None:
