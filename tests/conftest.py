@@ -270,17 +270,21 @@ def pytest_collection_modifyitems(config, items) -> None:
     twice = [item.nodeid for item in items if item.nodeid in seen or seen.add(item.nodeid)]
     if twice:  # pytest-xdist would run one of each and drop the rest, silently
         raise pytest.UsageError(f"tests with the same node id: {sorted(set(twice))}")
-    # The longest first: browser tests, then modules with real processes, then the rest,
-    # so that a parallel run does not end waiting on a two-minute test started last.
-    # Modules stay whole (their fixtures are shared in order).
-    rank: dict[Path, int] = {}
-    for item in items:
-        where = item.path.resolve().relative_to(TESTS).as_posix()
-        mine = (
-            0 if where.startswith("e2e/") else 1 if item.get_closest_marker("real_process") else 2
-        )
-        rank[item.path] = min(rank.get(item.path, 2), mine)
-    items.sort(key=lambda item: rank[item.path])
+
+
+class _BrowserTestsFirst:
+    """The browser tests first: they take a minute or two each, and a parallel run would
+    otherwise end waiting on one started last. They use no test database, so moving them
+    ahead leaves pytest-django's order of the others (database tests first) alone; this
+    runs after it."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items) -> None:
+        items.sort(key=lambda item: not item.path.resolve().is_relative_to(TESTS / "e2e"))
+
+
+def pytest_configure(config) -> None:
+    config.pluginmanager.register(_BrowserTestsFirst(), "tarsy-browser-tests-first")
 
 
 # Which tests start processes, seen as they run (the audit events of the standard
