@@ -234,11 +234,29 @@ REAL_PROCESS = (
     "test_outside_fields.py::test_the_worker_masks_tool_results_and_provider_errors",
 )
 
+# Tests that take seconds of CPU in-process: the linear-time guards (each masks
+# mebibytes several times), the property tests with thousands of examples, the large
+# scrapes. Marked ``slow``; ``bin/test --fast`` leaves them out too.
+SLOW = (
+    "agents/test_masking.py::test_hostile_inputs_are_masked_in_linear_time",
+    "agents/test_masking.py::test_a_mebibyte_of_logs_is_masked",
+    "agents/test_masking.py::test_a_mebibyte_secret_list_is_masked",
+    "agents/test_masking.py::test_large_secret_list_yaml_is_masked_by_the_text_fallback",
+    "agents/test_masking.py::test_planted_secrets_never_survive_any_document",
+    "agents/test_masking_formats.py::test_the_new_passes_stay_linear_on_hostile_input",
+    "agents/test_bounded.py::test_the_yaml_bound_is_never_below_what_libyaml_or_pyyaml_reach",
+    "agents/test_bounded.py::test_the_json_depth_is_exact",
+    "sessions/test_metrics.py::test_a_scrape_of_20000_calls_and_2000_sessions_takes_well_under_a_second",
+    "sessions/test_markdown.py::test_the_linear_text_join_renders_what_the_library_renders",
+    "sessions/test_api_input.py::test_json_data_is_measured_as_sent_not_as_re_indented",
+    "sessions/test_api.py::test_it_accepts_data_of_exactly_one_mib",
+)
 
-def _real_process(where: str, name: str) -> bool:
+
+def _listed(entries: tuple[str, ...], where: str, name: str) -> bool:
     return any(
         where.startswith(entry) if "::" not in entry else entry == f"{where}::{name}"
-        for entry in REAL_PROCESS
+        for entry in entries
     )
 
 
@@ -252,8 +270,11 @@ def pytest_collection_modifyitems(config, items) -> None:
         if not item.nodeid.endswith(f"::{item.name}") and item.parent is not None:
             item._id = item.parent.id.child(item.name)  # pytest 9: a NodeId
         where = item.path.resolve().relative_to(TESTS).as_posix()
-        if _real_process(where, getattr(item, "originalname", item.name)):
+        name = getattr(item, "originalname", item.name)
+        if _listed(REAL_PROCESS, where, name):
             item.add_marker(pytest.mark.real_process)
+        if _listed(SLOW, where, name):
+            item.add_marker(pytest.mark.slow)
         # A module-scoped fixture (a deployment, a pool of MCP servers) is built once per
         # worker that runs the module's tests: keep such modules on one worker.
         info = getattr(item, "_fixtureinfo", None)

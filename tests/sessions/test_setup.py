@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -79,11 +81,18 @@ def test_two_set_ups_at_once_on_a_fresh_database_both_succeed(tmp_path):
     base = {**os.environ, "SECRET_KEY": "test", "TARSY_ADMIN_PASSWORD": "pw-for-the-test-1"}
     for name in KEY_VARIABLES:
         base.pop(name, None)
+    manage = [sys.executable, "manage.py"]
+    migrated = tmp_path / "migrated.sqlite3"
+    env = {**base, "DATABASE_URL": f"sqlite:///{migrated}", "TARSY_DATA_DIR": str(tmp_path)}
+    subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, cwd=ROOT, timeout=120)
     for attempt in range(4):
-        env = {**base, "DATABASE_URL": f"sqlite:///{tmp_path / f'race-{attempt}.sqlite3'}"}
-        env["TARSY_DATA_DIR"] = str(tmp_path)
-        manage = [sys.executable, "manage.py"]
-        subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, cwd=ROOT, timeout=120)
+        database = tmp_path / f"race-{attempt}.sqlite3"
+        with (
+            contextlib.closing(sqlite3.connect(migrated)) as source,
+            contextlib.closing(sqlite3.connect(database)) as copy,
+        ):
+            source.backup(copy)  # migrated, no user yet: what a first start meets
+        env = {**env, "DATABASE_URL": f"sqlite:///{database}"}
         both = [
             subprocess.Popen(
                 [*manage, "tarsy_setup"],
