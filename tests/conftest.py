@@ -250,6 +250,7 @@ SLOW = (
     "sessions/test_markdown.py::test_the_linear_text_join_renders_what_the_library_renders",
     "sessions/test_api_input.py::test_json_data_is_measured_as_sent_not_as_re_indented",
     "sessions/test_api.py::test_it_accepts_data_of_exactly_one_mib",
+    "compat/test_openapi_fuzz.py::test_no_input_gives_a_server_error",
 )
 
 
