@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _pytest.nodeid import coerce_node_id  # pytest 9: what node ids are made of
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
@@ -294,19 +295,34 @@ def pytest_collection_modifyitems(config, items) -> None:
         raise pytest.UsageError(f"tests with the same node id: {sorted(set(twice))}")
 
 
-class _BrowserTestsFirst:
-    """The browser tests first: they take a minute or two each, and a parallel run would
-    otherwise end waiting on one started last. They use no test database, so moving them
-    ahead leaves pytest-django's order of the others (database tests first) alone; this
-    runs after it."""
+class _Scheduling:
+    """How pytest-xdist hands out the tests, run after every other collection hook."""
 
     @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, items) -> None:
+    def pytest_collection_modifyitems(self, config, items) -> None:
+        # The browser tests first: they take a minute or two each, and a parallel run
+        # would otherwise end waiting on one started last. They use no test database, so
+        # moving them ahead leaves pytest-django's order of the others alone.
         items.sort(key=lambda item: not item.path.resolve().is_relative_to(TESTS / "e2e"))
+        if not (os.environ.get("PYTEST_XDIST_WORKER") and config.getvalue("loadgroup")):
+            return
+        # --dist loadgroup keeps a group on one worker by reading "@group" at the end of
+        # its tests' node ids. pytest-xdist 3.8 writes it to ``item._nodeid``, which
+        # pytest 9 no longer reads (the id is ``item._id``), so no group held: the
+        # scale-out module built its deployment on two workers at once. Written here.
+        for item in items:
+            groups = sorted(
+                str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                for mark in item.iter_markers("xdist_group")
+            )
+            if groups and "@" not in item.nodeid:
+                item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")
+            if groups and "@" not in item.nodeid:
+                raise pytest.UsageError(f"cannot put {item.nodeid} in its xdist group")
 
 
 def pytest_configure(config) -> None:
-    config.pluginmanager.register(_BrowserTestsFirst(), "tarsy-browser-tests-first")
+    config.pluginmanager.register(_Scheduling(), "tarsy-scheduling")
 
 
 # Which tests start processes, seen as they run (the audit events of the standard
