@@ -213,7 +213,7 @@ def deployment(
         dep.manage("migrate", "--no-input", "-v0")
         dep.manage("flush", "--no-input", "-v0")  # a shared database: start empty
     else:
-        _copy_sqlite(_migrated_sqlite(), dep.database)
+        copy_sqlite(_migrated_sqlite(), dep.database)
     dep.manage("shell", "-c", _provider_setup_code(provider))
     commands = {
         "daphne": _daphne_command(port),
@@ -250,8 +250,8 @@ def _migrated_sqlite() -> Path:
     return _template[0]
 
 
-def _copy_sqlite(source: Path, target: Path) -> None:
-    # The backup API, not a file copy: the template is in WAL mode.
+def copy_sqlite(source: Path, target: Path) -> None:
+    """Copy an SQLite database with the backup API, not as a file: it is in WAL mode."""
     with (
         contextlib.closing(sqlite3.connect(source)) as src,
         contextlib.closing(sqlite3.connect(target)) as dst,

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
-import contextlib
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +11,7 @@ from django.core.management import call_command
 from django_q.models import Schedule
 
 from llm.models import LLMProvider
+from tests.e2e.harness import copy_sqlite
 
 pytestmark = pytest.mark.django_db
 
@@ -87,11 +86,7 @@ def test_two_set_ups_at_once_on_a_fresh_database_both_succeed(tmp_path):
     subprocess.run([*manage, "migrate", "-v0"], env=env, check=True, cwd=ROOT, timeout=120)
     for attempt in range(4):
         database = tmp_path / f"race-{attempt}.sqlite3"
-        with (
-            contextlib.closing(sqlite3.connect(migrated)) as source,
-            contextlib.closing(sqlite3.connect(database)) as copy,
-        ):
-            source.backup(copy)  # migrated, no user yet: what a first start meets
+        copy_sqlite(migrated, database)  # migrated, no user yet: what a first start meets
         env = {**env, "DATABASE_URL": f"sqlite:///{database}"}
         both = [
             subprocess.Popen(
