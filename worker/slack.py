@@ -17,6 +17,8 @@ import time
 from typing import Any
 
 from slack_sdk import WebClient
+from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
+from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryIntervalCalculator
 
 from config.loader import get_config
 from config.types import SlackConfig
@@ -32,6 +34,8 @@ TRUNCATED = "\n\n_… (truncated: the whole text is on the session page)_"
 HISTORY_WINDOW = 24 * 3600  # seconds of channel history searched for the fingerprint
 HISTORY_PAGES = 5  # of 200 messages each
 TIMEOUT = 10  # seconds per Slack API call
+# slack_sdk retries a failed connection once, after 0.5 s plus up to 1 s of jitter (its default).
+RETRY_INTERVAL = BackoffRetryIntervalCalculator(backoff_factor=0.5)
 
 ENDINGS: dict[str, tuple[str, str]] = {
     SessionStatus.COMPLETED: (":white_check_mark:", "Investigation complete"),
@@ -159,9 +163,9 @@ def _client(slack: SlackConfig) -> WebClient:
             f"the environment variable {slack.token_env} (system.slack.token_env) holding the "
             "Slack bot token is not set"
         )
-    if slack.api_url:
-        return WebClient(token=token, base_url=slack.api_url.rstrip("/") + "/", timeout=TIMEOUT)
-    return WebClient(token=token, timeout=TIMEOUT)
+    retry = ConnectionErrorRetryHandler(max_retry_count=1, interval_calculator=RETRY_INTERVAL)
+    base_url = slack.api_url.rstrip("/") + "/" if slack.api_url else WebClient.BASE_URL
+    return WebClient(token=token, base_url=base_url, timeout=TIMEOUT, retry_handlers=[retry])
 
 
 def _thread(client: WebClient, channel: str, session: AlertSession, clock) -> str:

@@ -54,7 +54,10 @@ class LocalGitHub:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # shutdown() waits up to one poll of serve_forever (0.5 s by default) in every teardown
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        ).start()
 
     def answer(self, host: str, path: str) -> tuple[bytes, int]:
         if self.status != 200:

@@ -67,7 +67,10 @@ class LocalSlack:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/api/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        # shutdown() waits up to one poll of serve_forever (0.5 s by default) in every teardown
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        ).start()
 
     def answer(self, method: str, params: dict[str, Any]) -> tuple[int, Any]:
         if self.http_status != 200:

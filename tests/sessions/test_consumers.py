@@ -46,6 +46,14 @@ async def receive_until_quiet(communicator, quiet_for: float = 0.5) -> list[str]
     return messages
 
 
+async def receive_exactly(communicator, count: int, quiet_for: float = 0.3) -> list[str]:
+    """``count`` messages, however long a loaded machine takes to send them, then nothing
+    more. Waiting for them by count rather than for a long quiet spell saves seconds."""
+    messages = [await communicator.receive_from(timeout=10) for _ in range(count)]
+    assert await communicator.receive_nothing(timeout=quiet_for), "more messages than expected"
+    return messages
+
+
 def ids(messages: list[str]) -> list[int]:
     return [int(CURSOR.search(m).group(1)) for m in messages]
 
@@ -94,8 +102,7 @@ async def test_it_sends_live_events_after_the_replay_without_duplicates(user):
     item = await sync_to_async(services.timeline_event_add)(
         lease=lease(session), event_type=TimelineEventType.FINAL_ANALYSIS, content="All good"
     )
-    live = await receive_until_quiet(communicator, quiet_for=1)
-    assert len(live) == 1
+    live = await receive_exactly(communicator, 1)
     assert f'id="item-{item.id}"' in live[0]
     assert "All good" in live[0]
 
@@ -141,18 +148,17 @@ async def test_the_session_list_follows_status_changes(user):
     session = await sync_to_async(services.session_create)(
         alert_type="kubernetes", alert_data="d", chain_id="kubernetes-investigation", author="alice"
     )
-    messages = await receive_until_quiet(communicator, quiet_for=1)
-    assert len(messages) == 1
+    messages = await receive_exactly(communicator, 1)
     assert f'id="queued-{session.id}"' in messages[0]  # waiting: in the Queued panel
     assert "session-row-" not in messages[0]
 
     claim = await sync_to_async(services.session_claim)(session_id=session.id, worker_id="w")
-    (message,) = await receive_until_quiet(communicator, quiet_for=1)
+    (message,) = await receive_exactly(communicator, 1)
     assert f'id="active-{session.id}"' in message
     assert f'id="queued-{session.id}"' not in message
 
     await sync_to_async(services.session_end)(lease=claim.lease, status="completed")
-    (message,) = await receive_until_quiet(communicator, quiet_for=1)
+    (message,) = await receive_exactly(communicator, 1)
     assert f'id="active-{session.id}"' not in message
     # Ended: the history section again, its row at the top and its count up.
     assert '<section id="history" aria-labelledby="history-title" hx-swap-oob="true">' in message
@@ -173,10 +179,9 @@ async def test_a_filtered_session_list_gets_only_the_rows_it_shows(user):
     claim = await sync_to_async(services.session_claim)(session_id=session.id, worker_id="w")
     await sync_to_async(services.session_end)(lease=claim.lease, status="completed")
 
-    messages = await receive_until_quiet(failed_only, quiet_for=1)
-    assert len(messages) == 3  # queued, running, ended: the panels follow every session
+    messages = await receive_exactly(failed_only, 3)  # queued, running, ended: the panels
     assert not any("session-row-" in m for m in messages)  # but it did not fail
-    *_, ended = await receive_until_quiet(by_alice_page_2, quiet_for=1)
+    *_, ended = await receive_exactly(by_alice_page_2, 3)
     # It matches, but page 2 has no place for it: only a row already shown is updated.
     assert f'id="session-row-{session.id}"' in ended
     assert "data-upsert-into" not in ended
@@ -245,7 +250,7 @@ async def test_stages_and_agents_arrive_as_sections_cards_and_header_updates(use
     await sync_to_async(services.execution_finish)(
         lease=lease, execution=execution, status="completed", final_analysis="done"
     )
-    new_stage, new_card, new_item, card_header = await receive_until_quiet(communicator, 1)
+    new_stage, new_card, new_item, card_header = await receive_exactly(communicator, 4)
     await communicator.disconnect()
 
     assert f'id="stage-{stage.id}"' in new_stage
@@ -324,7 +329,7 @@ async def test_the_panels_are_rendered_once_per_event_for_every_list_socket(user
         alert_type="kubernetes", alert_data="d", chain_id="kubernetes-investigation", author="a"
     )
     for communicator in sockets:
-        (message,) = await receive_until_quiet(communicator, quiet_for=1)
+        (message,) = await receive_exactly(communicator, 1)
         assert f'id="queued-{session.id}"' in message
         await communicator.disconnect()
     assert len(calls) == 1
@@ -340,13 +345,13 @@ async def test_the_session_list_rows_follow_reviews_and_scores(user):
     await sync_to_async(services.review_apply)(
         session_id=session.id, actor="bob", change=services.ReviewChange("claim")
     )
-    (message,) = await receive_until_quiet(communicator, quiet_for=1)
+    (message,) = await receive_exactly(communicator, 1)
     assert f'id="session-row-{session.id}"' in message
     assert "data-upsert-into" not in message  # only a row the page shows
     assert "bob" in message
 
     await sync_to_async(services.score_request)(session_id=session.id, triggered_by="bob")
-    (message,) = await receive_until_quiet(communicator, quiet_for=1)
+    (message,) = await receive_exactly(communicator, 1)
     assert f'id="session-row-{session.id}"' in message
     assert "scoring" in message
     await communicator.disconnect()

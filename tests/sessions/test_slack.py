@@ -9,6 +9,7 @@ import time
 
 import pytest
 from django_q.models import OrmQ
+from slack_sdk.http_retry.builtin_interval_calculators import FixedValueRetryIntervalCalculator
 
 from sessions import services
 from sessions.models import AlertSession, SessionStatus, SlackMessage
@@ -241,11 +242,13 @@ def test_every_terminal_status_is_told(client, api_token, stand_in, configure):
     ],
 )
 def test_a_slack_outage_is_recorded_and_leaves_the_session_alone(
-    client, api_token, stand_in, configure, browser_client, outage, reason
+    client, api_token, stand_in, configure, browser_client, outage, reason, monkeypatch
 ):
     configure()
     if outage == "down":
         stand_in.close()
+        # It still retries, but at once.
+        monkeypatch.setattr("worker.slack.RETRY_INTERVAL", FixedValueRetryIntervalCalculator(0))
     elif outage == "http_500":
         stand_in.http_status = 500
     else:

@@ -78,7 +78,10 @@ class FakeGemini(ScriptedServer):
         self._server = _Server(("127.0.0.1", port), _Handler)
         self._server.owner = self
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name=type(self).__name__, daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.02},  # shutdown() waits up to one poll
+            name=type(self).__name__,
+            daemon=True,
         )
         self._thread.start()
 
