@@ -58,7 +58,10 @@ def test_a_question_is_answered_live_and_a_restarted_worker_answers_the_next(tmp
             assert "CrashLoopBackOff" in answer  # it looked at the pods again
             tool = page.text_content(f"{CHAT_STAGE} .item.llm_tool_call .tool-name")
             assert tool == "kubernetes.get_pods"
-            assert page.get_attribute(f"{CHAT_STAGE} .stage-header", "data-status") == "completed"
+            # The stage ends just after its answer: its header follows live.
+            page.wait_for_selector(
+                f'{CHAT_STAGE} .stage-header[data-status="completed"]', timeout=10_000
+            )
             # The box takes the next question again, told by the socket.
             page.wait_for_selector("#chat-send:not([disabled])", timeout=5_000)
             assert page.url == url  # all of it arrived over the socket
