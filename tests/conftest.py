@@ -18,6 +18,7 @@ from llm.models import LLMProvider, ProviderType
 from sessions.auth import api_token_create
 from sessions.models import AlertSession, SessionStatus
 from sessions.services import Lease
+from tests import sqlite_template
 
 
 @pytest.fixture(autouse=True)
@@ -169,12 +170,34 @@ def scripted_summaries(db) -> Callable[[dict], None]:
 # test database (``..._gw0``). Settings were read before this file loads, so the worker's
 # directory is set both in Django's settings (this process) and in the environment (the
 # processes the tests start).
-if _xdist_worker := os.environ.get("PYTEST_XDIST_WORKER"):
-    from django.conf import settings as _settings
+from django.conf import settings as _settings  # noqa: E402
 
+sqlite_template.SHARED_DIR = _settings.DATA_DIR  # the run's: the workers' are inside it
+if _xdist_worker := os.environ.get("PYTEST_XDIST_WORKER"):
     _settings.DATA_DIR = _settings.DATA_DIR / f"pytest-{_xdist_worker}"
     _settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
     os.environ["TARSY_DATA_DIR"] = str(_settings.DATA_DIR)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(
+    request, django_test_environment, django_db_blocker, django_db_modify_db_settings
+):
+    """pytest-django's set-up, except that an SQLite test database is copied from a
+    migrated template instead of migrated in every process (tests/sqlite_template.py)."""
+    from django.db import connections
+    from django.test.utils import setup_databases, teardown_databases
+
+    with django_db_blocker.unblock():
+        if connections["default"].vendor == "sqlite":
+            settings_dict = connections["default"].settings_dict
+            config = sqlite_template.set_up_test_database(settings_dict, setup_databases)
+        else:
+            config = setup_databases(verbosity=0, interactive=False)
+    yield
+    with django_db_blocker.unblock():
+        teardown_databases(config, verbosity=0)
+
 
 TESTS = Path(__file__).resolve().parent
 # Tests that start real processes: daphne and qcluster deployments, Chromium, MCP servers

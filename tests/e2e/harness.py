@@ -7,13 +7,11 @@ daphne and a qcluster as subprocesses — the same processes ``bin/run`` starts.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
 import re
 import select
-import shutil
 import signal
 import socket
 import sqlite3
@@ -29,6 +27,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tests import sqlite_template
+from tests.sqlite_template import copy_sqlite
 
 if TYPE_CHECKING:
     import psycopg
@@ -65,6 +66,9 @@ class Deployment:
     logs: list[Path] = field(default_factory=list)
     # Every web process's URL when there are several (``scaled_deployment``).
     web_urls: list[str] = field(default_factory=list)
+    # An API token of the user e2e-client, made with the login and the provider: one
+    # Django start-up fewer than ``manage.py create_api_token`` in each test.
+    token: str = ""
 
     @property
     def database(self) -> Path:
@@ -145,7 +149,7 @@ class Deployment:
             return error.code, json.loads(error.read() or b"null")
 
     def api_token(self) -> str:
-        return self.manage("create_api_token", "e2e-client").strip()
+        return self.token or self.manage("create_api_token", "e2e-client").strip()
 
     def restart(self, name: str) -> None:
         """Start ``name`` again after it was killed; its log goes on in the same file."""
@@ -188,6 +192,8 @@ def _provider_setup_code(provider: dict) -> str:
         "from llm.models import LLMProvider\n"
         f"get_user_model().objects.create_user({USERNAME!r}, password={PASSWORD!r})\n"
         f"LLMProvider.objects.create(**json.loads({json.dumps(provider)!r}))\n"
+        "from sessions.auth import api_token_create\n"
+        "print(api_token_create(username='e2e-client'))\n"
     )
 
 
@@ -213,8 +219,8 @@ def deployment(
         dep.manage("migrate", "--no-input", "-v0")
         dep.manage("flush", "--no-input", "-v0")  # a shared database: start empty
     else:
-        copy_sqlite(_migrated_sqlite(), dep.database)
-    dep.manage("shell", "-c", _provider_setup_code(provider))
+        copy_sqlite(migrated_sqlite(), dep.database)
+    dep.token = dep.manage("shell", "-c", _provider_setup_code(provider)).split()[-1]
     commands = {
         "daphne": _daphne_command(port),
         **{
@@ -233,30 +239,17 @@ def deployment(
         _stop(dep.processes)
 
 
-_template: list[Path] = []
+def migrated_sqlite() -> Path:
+    """An SQLite database migrated by ``manage.py migrate``, made once per migration state
+    for every test process (tests/sqlite_template.py): each deployment starts from a copy
+    of it. Migrating a fresh database for real is what tests/sessions/test_setup.py checks."""
 
+    def migrate(database: Path) -> None:
+        with tempfile.TemporaryDirectory(prefix="tarsy-migrate-") as where:
+            env = _environment(Path(where), f"sqlite:///{database}", None)
+            Deployment("", Path(where), env).manage("migrate", "--no-input", "-v0")
 
-def _migrated_sqlite() -> Path:
-    """An SQLite database migrated by ``manage.py migrate``, once per test process: each
-    deployment starts from a copy of it (migrating takes seconds, copying milliseconds).
-    Migrating a fresh database for real is what tests/sessions/test_setup.py checks."""
-    if not _template:
-        where = Path(tempfile.mkdtemp(prefix="tarsy-e2e-template-"))
-        atexit.register(shutil.rmtree, where, ignore_errors=True)
-        database = where / "tarsy.sqlite3"
-        env = _environment(where, f"sqlite:///{database}", None)
-        Deployment("", where, env).manage("migrate", "--no-input", "-v0")
-        _template.append(database)
-    return _template[0]
-
-
-def copy_sqlite(source: Path, target: Path) -> None:
-    """Copy an SQLite database with the backup API, not as a file: it is in WAL mode."""
-    with (
-        contextlib.closing(sqlite3.connect(source)) as src,
-        contextlib.closing(sqlite3.connect(target)) as dst,
-    ):
-        src.backup(dst)
+    return sqlite_template.template("deployment", migrate)
 
 
 def _environment(
@@ -361,7 +354,7 @@ def scaled_deployment(
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         dep = Deployment(urls[0], data_dir, env, web_urls=urls)
         dep.manage("migrate", "--no-input", "-v0")
-        dep.manage("shell", "-c", _provider_setup_code(provider))
+        dep.token = dep.manage("shell", "-c", _provider_setup_code(provider)).split()[-1]
         dep.commands = {
             **{f"daphne-{n}": _daphne_command(port) for n, port in enumerate(ports, 1)},
             **{
