@@ -168,6 +168,39 @@ def session_timeline(session: AlertSession) -> list[TimelineEvent]:
     return list(session.timeline.select_related("stage").order_by("id"))
 
 
+# The REST timeline's page: a 2,000-item session was one response of 11.7 MB.
+TIMELINE_PAGE_SIZE = 500
+MAX_TIMELINE_PAGE_SIZE = 2000
+
+
+@dataclass(frozen=True)
+class TimelinePage:
+    items: list[TimelineEvent]
+    total: int  # items in the whole timeline
+    more: bool  # whether items follow this page
+
+
+class UnknownTimelineItem(LookupError):
+    """The cursor names no item of this session's timeline."""
+
+
+def session_timeline_page(session: AlertSession, *, after: int | None, limit: int) -> TimelinePage:
+    """Up to ``limit`` items in TARSy's order (``sequence_number``, then ``id``), those
+    after the item ``after`` (the last one a client already has). A cursor rather than an
+    offset: one page costs the same wherever it is (the index keeps that order), and an
+    item added meanwhile does not shift the next page back over one already read."""
+    items = session.timeline.select_related("execution").order_by("sequence_number", "id")
+    if after is not None:
+        position = session.timeline.filter(id=after).values_list("sequence_number", flat=True)
+        if not position:
+            raise UnknownTimelineItem(after)
+        items = items.filter(
+            Q(sequence_number__gt=position[0]) | Q(sequence_number=position[0], id__gt=after)
+        )
+    rows = list(items[: limit + 1])
+    return TimelinePage(rows[:limit], total=session.timeline.count(), more=len(rows) > limit)
+
+
 # A tool result longer than this is not in the session page; it loads when opened.
 INLINE_RESULT_CHARS = 1000
 
