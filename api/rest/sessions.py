@@ -133,20 +133,30 @@ def session_list(
     any other parameter is a 400 naming it. ``assignee=`` (empty) means unassigned."""
     number = _page_number(page, 1)
     size = _page_number(page_size, selectors.DEFAULT_PAGE_SIZE, selectors.MAX_PAGE_SIZE)
-    sessions = _filtered(
-        request,
-        status=status,
-        alert_type=alert_type,
-        chain_id=chain_id,
-        scoring_status=scoring_status,
-        review_status=review_status,
-        quality_rating=quality_rating,
-        text=search,
-        start_date=start_date,
-        end_date=end_date,
-    )
+    filters = {
+        "status": status,
+        "alert_type": alert_type,
+        "chain_id": chain_id,
+        "scoring_status": scoring_status,
+        "review_status": review_status,
+        "quality_rating": quality_rating,
+        "start_date": start_date,
+        "end_date": end_date,
+    }
+    query = _search_query(search)
+    sessions = _filtered(request, **filters)
+    total = None
+    if query:
+        sessions, total = selectors.session_search(
+            sessions,
+            query,
+            rows_needed=number * size,
+            index_ordered=(sort_by or "created_at") == "created_at",
+            filtered=any(filters.values()) or "assignee" in request.GET,
+        )
     sessions = _sorted(sessions, sort_by or "created_at", sort_order or "desc")
-    total = sessions.count()
+    if total is None:
+        total = sessions.count()
     rows = list(sessions[(number - 1) * size : number * size])
     matched = _matched_in_content(rows, search) if search else set()
     return respond(
@@ -163,17 +173,19 @@ def session_list(
     )
 
 
+def _search_query(text: str | None) -> search.Query | None:
+    if not (text := (text or "").strip()):
+        return None
+    try:
+        return search.Query.parse(text)
+    except search.SearchError as exc:
+        raise ApiRejected(f"validation error on field 'search': {exc}") from None
+
+
 def _filtered(request: HttpRequest, **params: str | None) -> QuerySet[AlertSession]:
-    query = None
-    if text := (params["text"] or "").strip():
-        try:
-            query = search.Query.parse(text)
-        except search.SearchError as exc:
-            raise ApiRejected(f"validation error on field 'search': {exc}") from None
     sessions = selectors.session_list(
         statuses=_enum("status", _csv(params["status"]), SessionStatus.values),
         alert_type=params["alert_type"] or "",
-        query=query,
     )
     if params["chain_id"]:
         sessions = sessions.filter(chain_id=params["chain_id"])
