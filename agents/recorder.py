@@ -51,6 +51,9 @@ class Recorder:
         self._timeline_sequence = 0
         self._message_sequence = 0
         self._streams = _Streams(lease)
+        # The latest call of each kind (an iteration, a summary…): what the next call of
+        # the same conversation continues, so that only what it adds is stored.
+        self._calls: dict[str, services.RecordedCall] = {}
 
     async def start_item(
         self,
@@ -135,10 +138,20 @@ class Recorder:
             model_name=config.model,
         )
 
-    async def llm_interaction(self, **fields: Any) -> None:
-        await db(services.llm_interaction_create)(
-            lease=self.lease, execution=self.execution, **fields
+    async def llm_interaction(
+        self, *, interaction_type: str, request_messages: list[dict[str, Any]], **fields: Any
+    ) -> None:
+        """Record one model call; ``request_messages`` is the whole request."""
+        request = services.as_stored(request_messages)
+        interaction = await db(services.llm_interaction_create)(
+            lease=self.lease,
+            execution=self.execution,
+            earlier=tuple(self._calls.values()),
+            interaction_type=interaction_type,
+            request_messages=request,
+            **fields,
         )
+        self._calls[interaction_type] = services.RecordedCall.of(interaction, request)
 
     async def mcp_interaction(self, **fields: Any) -> None:
         await db(services.mcp_interaction_create)(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import admin
+from django.utils.html import format_html
 
 from sessions.models import (
     AgentExecution,
@@ -16,6 +19,7 @@ from sessions.models import (
     TimelineEvent,
     WorkerCluster,
 )
+from sessions.selectors import trace
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -72,6 +76,15 @@ class LLMInteractionAdmin(ReadOnlyAdmin):
         "error_code",
     )
     list_filter = ("provider", "backend", "interaction_type")
+    # A call that continues an earlier one stores only what it adds; the page shows the
+    # whole request it was sent, put back together.
+    exclude = ("request_messages", "extends", "shared_messages")
+    readonly_fields = ("whole_request",)
+
+    @admin.display(description="Request messages")
+    def whole_request(self, interaction: LLMInteraction) -> str:
+        messages = trace.request_messages(interaction)
+        return format_html("<pre>{}</pre>", json.dumps(messages, indent=2, ensure_ascii=False))
 
 
 @admin.register(MCPInteraction)

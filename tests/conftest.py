@@ -228,6 +228,7 @@ REAL_PROCESS = (
     "compat/test_rest_compat.py::test_the_list_has_tarsys_envelope_and_items",
     "compat/test_rest_compat.py::test_the_timeline_is_a_bare_array_with_empty_keys_omitted",
     "llm/test_google_native.py::test_fake_runs_standalone_from_a_script",
+    "sessions/test_trace_storage.py::test_over_twenty_steps_each_call_stores_the_same_bytes_and_reads_back_whole",
     "sessions/test_chat.py::test_a_cancelled_session_takes_questions_too",
     "sessions/test_chat.py::test_a_chat_turn_is_found_by_search",
     "sessions/test_chat.py::test_a_failed_answer_fails_its_message_and_stage_not_the_session",

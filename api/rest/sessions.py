@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 from typing import Literal, get_args
+from urllib.parse import urlencode
 from uuid import UUID
 
 from django.db.models import DurationField, ExpressionWrapper, F, OuterRef, Q, QuerySet, Subquery
@@ -132,20 +133,30 @@ def session_list(
     any other parameter is a 400 naming it. ``assignee=`` (empty) means unassigned."""
     number = _page_number(page, 1)
     size = _page_number(page_size, selectors.DEFAULT_PAGE_SIZE, selectors.MAX_PAGE_SIZE)
-    sessions = _filtered(
-        request,
-        status=status,
-        alert_type=alert_type,
-        chain_id=chain_id,
-        scoring_status=scoring_status,
-        review_status=review_status,
-        quality_rating=quality_rating,
-        text=search,
-        start_date=start_date,
-        end_date=end_date,
-    )
+    filters = {
+        "status": status,
+        "alert_type": alert_type,
+        "chain_id": chain_id,
+        "scoring_status": scoring_status,
+        "review_status": review_status,
+        "quality_rating": quality_rating,
+        "start_date": start_date,
+        "end_date": end_date,
+    }
+    query = _search_query(search)
+    sessions = _filtered(request, **filters)
+    total = None
+    if query:
+        sessions, total = selectors.session_search(
+            sessions,
+            query,
+            rows_needed=number * size,
+            index_ordered=(sort_by or "created_at") == "created_at",
+            filtered=any(filters.values()) or "assignee" in request.GET,
+        )
     sessions = _sorted(sessions, sort_by or "created_at", sort_order or "desc")
-    total = sessions.count()
+    if total is None:
+        total = sessions.count()
     rows = list(sessions[(number - 1) * size : number * size])
     matched = _matched_in_content(rows, search) if search else set()
     return respond(
@@ -162,17 +173,19 @@ def session_list(
     )
 
 
+def _search_query(text: str | None) -> search.Query | None:
+    if not (text := (text or "").strip()):
+        return None
+    try:
+        return search.Query.parse(text)
+    except search.SearchError as exc:
+        raise ApiRejected(f"validation error on field 'search': {exc}") from None
+
+
 def _filtered(request: HttpRequest, **params: str | None) -> QuerySet[AlertSession]:
-    query = None
-    if text := (params["text"] or "").strip():
-        try:
-            query = search.Query.parse(text)
-        except search.SearchError as exc:
-            raise ApiRejected(f"validation error on field 'search': {exc}") from None
     sessions = selectors.session_list(
         statuses=_enum("status", _csv(params["status"]), SessionStatus.values),
         alert_type=params["alert_type"] or "",
-        query=query,
     )
     if params["chain_id"]:
         sessions = sessions.filter(chain_id=params["chain_id"])
@@ -331,15 +344,58 @@ def session_status(request: HttpRequest, session_id: UUID) -> JsonResponse:
 
 @router.get(
     "/sessions/{uuid:session_id}/timeline",
-    response={200: list[schemas.TimelineItem], 401: schemas.Error},
+    response={200: list[schemas.TimelineItem], **ERRORS},
+    summary="A session's timeline, a page at a time",
 )
-def session_timeline(request: HttpRequest, session_id: UUID) -> JsonResponse:
-    """The session's timeline in order; ``[]`` for an unknown session (as TARSy)."""
+def session_timeline(
+    request: HttpRequest,
+    session_id: UUID,
+    limit: str | None = None,
+    after: str | None = None,
+) -> JsonResponse:
+    """The session's timeline in order; ``[]`` for an unknown session (as TARSy).
+
+    A bare array, as TARSy's, of at most ``limit`` items (default 500, at most 2,000):
+    without parameters, the first page. ``after`` is the ``id`` of the last item a client
+    has; the page then starts with the item that follows it. The ``Link`` header's
+    ``rel="next"`` is the next page's URL, absent on the last page; ``X-Total-Count``
+    is the number of items in the whole timeline. An invalid ``limit`` or ``after`` is
+    a 400 naming it."""
+    size = (
+        selectors.TIMELINE_PAGE_SIZE
+        if limit is None
+        else _bounded_int("limit", limit, selectors.MAX_TIMELINE_PAGE_SIZE)
+    )
+    cursor = None if after is None else _bounded_int("after", after, MAX_BIGINT)
     session = AlertSession.objects.filter(id=session_id).first()
     if session is None:
         return respond([])
-    events = session.timeline.select_related("execution").order_by("sequence_number", "id")
-    return respond([shapes.timeline_item(e) for e in events])
+    try:
+        page = selectors.session_timeline_page(session, after=cursor, limit=size)
+    except selectors.UnknownTimelineItem:
+        raise ApiRejected(
+            f"validation error on field 'after': {cursor} is not the id of an item of this "
+            "session's timeline (use the id of the last item of the previous page)"
+        ) from None
+    response = respond([shapes.timeline_item(e) for e in page.items])
+    response["X-Total-Count"] = str(page.total)
+    if page.more:
+        query = urlencode({"limit": size, "after": page.items[-1].id})
+        response["Link"] = f'<{request.build_absolute_uri(request.path)}?{query}>; rel="next"'
+    return response
+
+
+def _bounded_int(name: str, value: str, maximum: int) -> int:
+    """A whole number from 1 to ``maximum``. Unlike the list's page numbers (which TARSy
+    replaces silently), a wrong value is a 400: a client reading a timeline page by page
+    would otherwise be handed the wrong page."""
+    text = value.strip()
+    if not text.isascii() or not text.isdigit() or not 1 <= int(text) <= maximum:
+        raise ApiRejected(
+            f"validation error on field '{name}': {value[:40]!r} is not a whole number "
+            f"from 1 to {maximum}"
+        )
+    return int(text)
 
 
 def _cancel_reason(request: HttpRequest) -> str:

@@ -23,6 +23,7 @@ from sessions.models.followups import (
 from sessions.models.interactions import (
     LLMInteraction,
     MCPInteraction,
+    answer_message,
 )
 from sessions.models.operations import (
     ApiToken,
@@ -83,4 +84,5 @@ __all__ = [
     "TimelineEventStatus",
     "TimelineEventType",
     "WorkerCluster",
+    "answer_message",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 from sessions.models.session import AgentExecution, AlertSession
@@ -18,7 +20,26 @@ class LLMInteraction(models.Model):
     provider = models.CharField(max_length=100)
     backend = models.CharField(max_length=50)
     model_name = models.CharField(max_length=200, blank=True)
+    # A model is sent the whole conversation on every call, so storing each request
+    # whole made an investigation's storage grow with the square of its steps. A call
+    # that continues an earlier one of its execution (``extends``) stores only what it
+    # adds: its request is the first ``shared_messages`` messages of the earlier call's
+    # request followed by that call's answer (``answer_message``), then
+    # ``request_messages``. Without ``extends``, ``request_messages`` is the whole request
+    # (as in every row written before this field). ``sessions.selectors.trace.
+    # request_messages`` puts a request back together.
     request_messages = models.JSONField(default=list)
+    extends = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        # Only with its whole execution: a later call cannot be read without it.
+        on_delete=models.RESTRICT,
+        related_name="+",
+    )
+    # Null without ``extends``. Both fields are nullable so that adding them leaves the
+    # (large) table as it is: SQLite would copy every row to add a NOT NULL column.
+    shared_messages = models.PositiveIntegerField(null=True, blank=True)
     tools = models.JSONField(default=list, blank=True)
     response_text = models.TextField(blank=True)
     thinking = models.TextField(blank=True)
@@ -58,6 +79,18 @@ class LLMInteraction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider}/{self.model_name} {self.interaction_type}"
+
+
+def answer_message(response_text: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """A call's answer as the next request of its conversation carries it: the assistant
+    message the controller appends (``agents/recorder.py``, ``message_to_json``)."""
+    return {
+        "role": "assistant",
+        "content": response_text,
+        "tool_calls": list(tool_calls),
+        "tool_call_id": "",
+        "tool_name": "",
+    }
 
 
 class MCPInteraction(models.Model):

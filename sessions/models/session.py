@@ -273,7 +273,13 @@ class TimelineEvent(models.Model):
 
     class Meta:
         ordering = ["id"]
-        indexes = [models.Index(fields=["session", "id"], name="timeline_session_id")]
+        indexes = [
+            models.Index(fields=["session", "id"], name="timeline_session_id"),
+            # The REST timeline's order, read a page at a time (selectors.session_timeline_page).
+            models.Index(
+                fields=["session", "sequence_number", "id"], name="timeline_session_order"
+            ),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["execution", "sequence_number"], name="timeline_unique_sequence"

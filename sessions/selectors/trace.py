@@ -15,7 +15,7 @@ from django.db.models import Case, F, QuerySet, TextField, Value, When
 from django.db.models.functions import Length
 
 from sessions import selectors
-from sessions.models import AlertSession, LLMInteraction, MCPInteraction
+from sessions.models import AlertSession, LLMInteraction, MCPInteraction, answer_message
 from sessions.selectors.timeline import StageNode, session_tree
 
 # A tool result up to this many characters is shown in place; a longer one loads when
@@ -24,6 +24,15 @@ INLINE_RESULT_CHARS = 2048
 
 # What an LLM interaction's summary line does not need: its conversation and answer.
 LLM_BODY_FIELDS = ("request_messages", "tools", "response_text", "thinking", "tool_calls")
+# What putting a request back together reads of each earlier call it continues.
+CHAIN_FIELDS = (
+    "id",
+    "extends",
+    "shared_messages",
+    "request_messages",
+    "response_text",
+    "tool_calls",
+)
 
 
 @dataclass(frozen=True)
@@ -93,3 +102,33 @@ def _mcp_summaries(session: AlertSession) -> QuerySet[MCPInteraction]:
         )
         .order_by("id")
     )
+
+
+def request_messages(interaction: LLMInteraction) -> list[dict[str, Any]]:
+    """The whole request of one model call, exactly as its provider received it.
+
+    A call that continues an earlier one stores only what it adds
+    (``LLMInteraction.extends``): its request is rebuilt from the calls it continues, back
+    to one stored whole. Two queries, whatever the number of calls: the execution's links,
+    then the bodies of the calls on the chain.
+    """
+    if interaction.extends_id is None:
+        return list(interaction.request_messages)
+    links = dict(
+        LLMInteraction.objects.filter(
+            execution_id=interaction.execution_id, id__lt=interaction.id
+        ).values_list("id", "extends_id")
+    )
+    chain = [interaction.extends_id]
+    while (earlier := links.get(chain[-1])) is not None:
+        chain.append(earlier)
+    calls = LLMInteraction.objects.only(*CHAIN_FIELDS).in_bulk(chain)
+    root, *later = [calls[i] for i in reversed(chain)]
+    messages = list(root.request_messages)
+    previous = root
+    for call in [*later, interaction]:
+        answer = answer_message(previous.response_text, previous.tool_calls)
+        shared = call.shared_messages or 0
+        messages = [*messages, answer][:shared] + list(call.request_messages)
+        previous = call
+    return messages

@@ -63,6 +63,8 @@ from sessions.services.queue import (
     worker_clusters_bury,
 )
 from sessions.services.records import (
+    RecordedCall,
+    as_stored,
     execution_finish,
     execution_start,
     execution_switch_provider,
@@ -116,6 +118,7 @@ __all__ = [
     "LeaseState",
     "NotCancellable",
     "NotScorable",
+    "RecordedCall",
     "ReviewChange",
     "ReviewConflict",
     "ReviewNotFound",
@@ -124,6 +127,7 @@ __all__ = [
     "ScoreLease",
     "ScoringInProgress",
     "SessionNotQueued",
+    "as_stored",
     "chat_message_claim",
     "chat_message_end",
     "chat_message_requeue",

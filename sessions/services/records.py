@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -28,6 +31,7 @@ from sessions.models import (
     TimelineEvent,
     TimelineEventStatus,
     TimelineEventType,
+    answer_message,
 )
 from sessions.selectors import latest_event_id, streamed_text
 from sessions.services.events import event_publish, serialize_transaction
@@ -429,19 +433,79 @@ def message_create(
         )
 
 
+@dataclass(frozen=True)
+class RecordedCall:
+    """A recorded LLM call as a later call of the same conversation sees it: the row to
+    refer to, and its whole request followed by its answer, as stored (JSON)."""
+
+    interaction_id: int
+    execution_id: int
+    request_length: int
+    messages: tuple[dict[str, Any], ...]
+
+    @classmethod
+    def of(cls, interaction: LLMInteraction, request: list[dict[str, Any]]) -> RecordedCall:
+        answer = as_stored(answer_message(interaction.response_text, interaction.tool_calls))
+        return cls(interaction.id, interaction.execution_id, len(request), (*request, answer))
+
+
+def as_stored(value: Any) -> Any:
+    """``value`` as the database gives it back (tuples become lists, keys strings): what
+    a stored conversation is compared in."""
+    return json.loads(json.dumps(value))
+
+
 def llm_interaction_create(
-    *, lease: Lease, execution: AgentExecution, **fields: Any
+    *,
+    lease: Lease,
+    execution: AgentExecution,
+    earlier: Iterable[RecordedCall] = (),
+    **fields: Any,
 ) -> LLMInteraction:
+    """Record one model call. ``request_messages`` is the whole request; when it
+    continues one of the ``earlier`` calls of this execution (it starts with that call's
+    whole request), only what it adds is stored (``LLMInteraction.extends``)."""
     if fields.get("error_message"):
         # The provider's own words, which may quote what it was sent (a key, a header).
         fields["error_message"] = mask_text(fields["error_message"])
+    request = as_stored(fields.pop("request_messages", []))
+    # Only within the execution: that is where a reader looks for the calls it extends.
+    extends, shared = _continued_call(
+        request, [call for call in earlier if call.execution_id == execution.id]
+    )
     with transaction.atomic():
         hold(lease)
         interaction = LLMInteraction.objects.create(
-            session_id=execution.session_id, execution=execution, **fields
+            session_id=execution.session_id,
+            execution=execution,
+            request_messages=request[shared:] if extends else request,
+            extends_id=extends,
+            shared_messages=shared if extends else None,
+            **fields,
         )
         _session_totals_add(interaction)
         return interaction
+
+
+def _continued_call(
+    request: list[dict[str, Any]], earlier: Iterable[RecordedCall]
+) -> tuple[int | None, int]:
+    """The earlier call this request continues, and how many of its first messages are
+    that call's request and answer; (None, 0) when it continues none. A request that does
+    not start with an earlier call's whole request (a summary of a tool result, a
+    request with a message rewritten) is stored whole."""
+    best: tuple[int | None, int] = (None, 0)
+    for call in earlier:
+        if call.request_length == 0 or len(request) < call.request_length:
+            continue
+        shared = 0
+        for mine, theirs in zip(request, call.messages, strict=False):
+            if mine != theirs:
+                break
+            shared += 1
+        if shared >= call.request_length and shared > best[1]:
+            best = (call.interaction_id, shared)
+    return best
 
 
 def _session_totals_add(interaction: LLMInteraction) -> None:

@@ -30,6 +30,7 @@ from sessions.models import (
     Stage,
     TimelineEvent,
 )
+from sessions.selectors.trace import request_messages
 from worker.tasks import run_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -422,9 +423,9 @@ def test_an_orchestrator_dispatches_overlapping_sub_agents_and_one_is_cancelled(
     assert events.started_at < logs.completed_at
     assert [e["status"] for e in snap["executions"] if e["parent"]] == ["cancelled", "completed"]
     conversation = json.dumps(
-        LLMInteraction.objects.filter(execution__agent_name="KubernetesAgent")
-        .last()
-        .request_messages
+        request_messages(
+            LLMInteraction.objects.filter(execution__agent_name="KubernetesAgent").last()
+        )
     )
     assert "[Sub-agent completed] EventsAgent" in conversation
     assert "[Sub-agent cancelled] LogAgent" in conversation

@@ -16,6 +16,7 @@ from sessions.models import (
     SessionEvent,
     TimelineEvent,
 )
+from sessions.selectors.trace import request_messages
 from worker.tasks import run_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,8 +86,10 @@ def test_it_calls_tools_feeds_results_back_and_concludes(scripted_provider):
     interactions = list(investigation_calls(session))
     assert len(interactions) == 2
     # The second call saw the tool's result: the conversation is sent whole every turn.
-    assert interactions[1].request_messages[-1]["role"] == "tool"
-    assert interactions[1].request_messages[-1]["content"] == tool_item.content
+    second = request_messages(interactions[1])
+    assert second[: len(interactions[0].request_messages)] == interactions[0].request_messages
+    assert second[-1]["role"] == "tool"
+    assert second[-1]["content"] == tool_item.content
     assert interactions[0].tools
     assert "kubernetes.get_pods" in interactions[0].tools
     assert interactions[0].output_tokens > 0
@@ -129,7 +132,7 @@ def test_it_forces_a_conclusion_without_tools_at_max_iterations(scripted_provide
     last = investigation_calls(session).last()
     assert last.interaction_type == "forced_conclusion"
     assert last.tools == []  # no tools offered, so none could be called
-    assert "limit of 2 investigation steps" in last.request_messages[-1]["content"]
+    assert "limit of 2 investigation steps" in request_messages(last)[-1]["content"]
     assert TimelineEvent.objects.filter(session=session, event_type="llm_tool_call").count() == 2
 
 
@@ -303,7 +306,7 @@ def test_secrets_in_tool_results_are_masked_everywhere(scripted_provider):
         item.content,
         Message.objects.get(session=session, role="tool").content,
         MCPInteraction.objects.get(session=session, interaction_type="tool_call").result,
-        str(LLMInteraction.objects.filter(session=session).last().request_messages),
+        str(list(LLMInteraction.objects.filter(session=session).values_list("request_messages"))),
         str(list(SessionEvent.objects.filter(session=session).values_list("payload", flat=True))),
     ]
     assert all(raw not in text for text in stored)

@@ -18,6 +18,7 @@ from sessions.models import (
     SessionEvent,
     TimelineEvent,
 )
+from sessions.selectors.trace import request_messages
 from worker.tasks import run_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -64,7 +65,7 @@ def agent_requests(session: AlertSession) -> list[LLMInteraction]:
 def tool_message_sent(session: AlertSession) -> str:
     """The tool message in the agent's second request: what the model really read."""
     second = agent_requests(session)[1]
-    return next(m["content"] for m in second.request_messages if m["role"] == "tool")
+    return next(m["content"] for m in request_messages(second) if m["role"] == "tool")
 
 
 def test_truncate_cuts_at_a_line_and_says_so():
@@ -224,7 +225,7 @@ def test_with_summarization_off_storage_and_the_hard_limit_still_apply(
     assert all("[TRUNCATED for storage" in item.content for item in items)
 
     third = agent_requests(session)[2]
-    forty, two_hundred = [m["content"] for m in third.request_messages if m["role"] == "tool"]
+    forty, two_hundred = [m["content"] for m in request_messages(third) if m["role"] == "tool"]
     assert "TRUNCATED" not in forty
     assert estimate_tokens(forty) > 10_000
     assert "[TRUNCATED to fit the model's context: the first ~" in two_hundred

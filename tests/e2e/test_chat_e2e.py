@@ -77,11 +77,13 @@ def test_a_question_is_answered_live_and_a_restarted_worker_answers_the_next(tmp
                 f"document.querySelectorAll('{CHAT_STAGE} .item.final_analysis').length === 2",
                 timeout=60_000,
             )
-            # The new worker read the first turn from the database.
+            # The new worker read the first turn from the database. (The second answer's
+            # first call is the one stored whole: later ones store what they add.)
             (request,) = tarsy.query(
                 "SELECT i.request_messages FROM alert_sessions_llminteraction i "
                 "JOIN alert_sessions_agentexecution e ON e.id = i.execution_id "
-                "WHERE e.agent_name = 'ChatAgent' ORDER BY i.id DESC LIMIT 1"
+                "WHERE e.agent_name = 'ChatAgent' AND i.extends_id IS NULL "
+                "ORDER BY i.id DESC LIMIT 1"
             )[0]
             prompt = "\n".join(m["content"] for m in json.loads(request))
             assert "Why does payments-api keep restarting?" in prompt

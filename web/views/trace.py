@@ -26,7 +26,14 @@ def session_trace(request: HttpRequest, session_id) -> HttpResponse:
 
 def trace_llm_interaction(request: HttpRequest, session_id, interaction_id: int) -> HttpResponse:
     interaction = get_object_or_404(LLMInteraction, id=interaction_id, session_id=session_id)
-    return render(request, "sessions/partials/_trace_llm_body.html", {"interaction": interaction})
+    return render(
+        request,
+        "sessions/partials/_trace_llm_body.html",
+        {
+            "interaction": interaction,
+            "request_messages": trace_selectors.request_messages(interaction),
+        },
+    )
 
 
 def trace_mcp_result(request: HttpRequest, session_id, interaction_id: int) -> HttpResponse:
