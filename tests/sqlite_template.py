@@ -61,18 +61,24 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def template(kind: str, migrate: Callable[[Path], None]) -> Path:
-    """The migrated database of ``kind``, made by ``migrate(path)`` if no process made it
-    for today's migrations; a template made for other migrations is removed."""
+def shared_dir() -> Path:
     if SHARED_DIR is None:
         raise RuntimeError("tests/conftest.py sets sqlite_template.SHARED_DIR")
     SHARED_DIR.mkdir(parents=True, exist_ok=True)
-    path = SHARED_DIR / f"template-{kind}-{migrations_digest()}.sqlite3"
-    with _locked(SHARED_DIR / f"template-{kind}.lock"):
+    return SHARED_DIR
+
+
+def template(kind: str, migrate: Callable[[Path], None]) -> Path:
+    """The migrated database of ``kind``, made by ``migrate(path)`` if no process made it
+    for today's migrations (under a lock: one process makes it, the others wait); a
+    template made for other migrations is removed."""
+    shared = shared_dir()
+    path = shared / f"template-{kind}-{migrations_digest()}.sqlite3"
+    with _locked(shared / f"template-{kind}.lock"):
         if not path.exists():
             partial = path.with_suffix(f".{os.getpid()}.partial")
             migrate(partial)
-            for old in SHARED_DIR.glob(f"template-{kind}-*.sqlite3"):
+            for old in shared.glob(f"template-{kind}-*.sqlite3"):
                 remove_sqlite(old)
             partial.rename(path)
     return path

@@ -8,6 +8,7 @@ daphne and a qcluster as subprocesses — the same processes ``bin/run`` starts.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -186,15 +187,55 @@ def demo_provider(chunk_delay: float = 0.04) -> dict:
     }
 
 
+# The login the browser tests use, and an API token for the REST ones (printed).
+_LOGIN_CODE = (
+    "from django.contrib.auth import get_user_model\n"
+    "from sessions.auth import api_token_create\n"
+    f"get_user_model().objects.create_user({USERNAME!r}, password={PASSWORD!r})\n"
+    "print(api_token_create(username='e2e-client'))\n"
+)
+
+
 def _provider_setup_code(provider: dict) -> str:
     return (
-        "import json\nfrom django.contrib.auth import get_user_model\n"
-        "from llm.models import LLMProvider\n"
-        f"get_user_model().objects.create_user({USERNAME!r}, password={PASSWORD!r})\n"
+        _LOGIN_CODE + "import json\nfrom llm.models import LLMProvider\n"
         f"LLMProvider.objects.create(**json.loads({json.dumps(provider)!r}))\n"
-        "from sessions.auth import api_token_create\n"
-        "print(api_token_create(username='e2e-client'))\n"
     )
+
+
+def _sqlite_with_login() -> tuple[Path, str]:
+    """``migrated_sqlite()`` with the login and an API token (``_LOGIN_CODE``), made once
+    like it; returns the database and the token."""
+    kind = "login-" + hashlib.sha256(_LOGIN_CODE.encode()).hexdigest()[:8]
+    token_file = sqlite_template.shared_dir() / f"{kind}.token"
+
+    def make(database: Path) -> None:
+        copy_sqlite(migrated_sqlite(), database)
+        with tempfile.TemporaryDirectory(prefix="tarsy-login-") as where:
+            env = _environment(Path(where), f"sqlite:///{database}", None)
+            output = Deployment("", Path(where), env).manage("shell", "-c", _LOGIN_CODE)
+        token_file.write_text(output.split()[-1])
+
+    database = sqlite_template.template(kind, make)
+    return database, token_file.read_text()
+
+
+def _add_provider(database: Path, provider: dict) -> None:
+    """Write the provider's row straight into a deployment's SQLite database: what
+    ``LLMProvider.objects.create`` would write, without starting Django in a process of
+    its own (seconds of CPU per deployment)."""
+    from django.db import connection
+
+    from llm.models import LLMProvider
+
+    row = LLMProvider(**provider)
+    fields = [field for field in LLMProvider._meta.concrete_fields if not field.primary_key]
+    values = [field.get_db_prep_save(field.pre_save(row, add=True), connection) for field in fields]
+    columns = ", ".join(f'"{field.column}"' for field in fields)
+    marks = ", ".join("?" for _ in fields)
+    table = LLMProvider._meta.db_table
+    with contextlib.closing(sqlite3.connect(database)) as db, db:
+        db.execute(f'INSERT INTO "{table}" ({columns}) VALUES ({marks})', values)
 
 
 @contextlib.contextmanager
@@ -218,9 +259,11 @@ def deployment(
     if os.environ.get("TARSY_E2E_DATABASE_URL"):
         dep.manage("migrate", "--no-input", "-v0")
         dep.manage("flush", "--no-input", "-v0")  # a shared database: start empty
+        dep.token = dep.manage("shell", "-c", _provider_setup_code(provider)).split()[-1]
     else:
-        copy_sqlite(migrated_sqlite(), dep.database)
-    dep.token = dep.manage("shell", "-c", _provider_setup_code(provider)).split()[-1]
+        template, dep.token = _sqlite_with_login()
+        copy_sqlite(template, dep.database)
+        _add_provider(dep.database, provider)
     commands = {
         "daphne": _daphne_command(port),
         **{
@@ -249,7 +292,7 @@ def migrated_sqlite() -> Path:
             env = _environment(Path(where), f"sqlite:///{database}", None)
             Deployment("", Path(where), env).manage("migrate", "--no-input", "-v0")
 
-    return sqlite_template.template("deployment", migrate)
+    return sqlite_template.template("migrated", migrate)
 
 
 def _environment(
