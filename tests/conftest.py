@@ -228,6 +228,7 @@ REAL_PROCESS = (
     "compat/test_rest_compat.py::test_the_list_has_tarsys_envelope_and_items",
     "compat/test_rest_compat.py::test_the_timeline_is_a_bare_array_with_empty_keys_omitted",
     "llm/test_google_native.py::test_fake_runs_standalone_from_a_script",
+    "llm/test_admin.py::test_action_calls_the_openai_fake_and_reports_the_reply",
     "sessions/test_trace_storage.py::test_over_twenty_steps_each_call_stores_the_same_bytes_and_reads_back_whole",
     "sessions/test_chat.py::test_a_cancelled_session_takes_questions_too",
     "sessions/test_chat.py::test_a_chat_turn_is_found_by_search",
@@ -259,10 +260,22 @@ REAL_PROCESS = (
     "test_outside_fields.py::test_the_worker_masks_tool_results_and_provider_errors",
 )
 
-# Tests that take seconds of CPU in-process: the linear-time guards (each masks
+# Tests that take over half a second each in-process: the linear-time guards (each masks
 # mebibytes several times), the property tests with thousands of examples, the large
-# scrapes. Marked ``slow``; ``bin/test --fast`` leaves them out too.
+# scrapes and searches, and the tests of live sockets (they wait for what the relay sends,
+# and for quiet after it). Marked ``slow``; ``bin/test --fast`` leaves them out too.
 SLOW = (
+    "compat/test_ws_protocol.py",
+    "sessions/test_consumers.py",
+    "sessions/test_live_path.py",
+    "tarsy_site/test_websocket.py::test_a_socket_closes_when_its_users_password_changes",
+    "sessions/test_api_search.py",
+    "sessions/test_admin.py::test_every_admin_list_and_record_renders",
+    "sessions/test_setup.py",
+    "test_outside_fields.py",
+    "agents/test_chat.py::test_the_context_holds_the_alert_each_stages_result_and_the_earlier_turns",
+    "agents/test_masking.py::test_deep_nesting_neither_raises_nor_lets_secrets_through",
+    "agents/test_masking.py::test_documents_at_the_yaml_parsing_limit_are_handled",
     "agents/test_masking.py::test_hostile_inputs_are_masked_in_linear_time",
     "agents/test_masking.py::test_a_mebibyte_of_logs_is_masked",
     "agents/test_masking.py::test_a_mebibyte_secret_list_is_masked",
