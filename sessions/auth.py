@@ -12,6 +12,7 @@ import ipaddress
 import logging
 import secrets
 from collections.abc import Mapping
+from datetime import timedelta
 from functools import cache
 from importlib import import_module
 from types import SimpleNamespace
@@ -35,6 +36,10 @@ TOKEN_PREFIX = "tarsy_"
 IDENTITY_HEADERS = ("X-Forwarded-User", "X-Forwarded-Email", "X-Remote-User")
 AUTHOR_LIMIT = 150  # characters (AlertSession.author)
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+# How stale a token's ``last_used_at`` may be: recording every use made each API read a
+# write transaction (on SQLite, a wait for the one write lock); once a minute is enough
+# to tell a token in use from a forgotten one.
+LAST_USED_EVERY = timedelta(minutes=1)
 
 
 def api_error(message: str, status: int, **extra: Any) -> JsonResponse:
@@ -68,7 +73,9 @@ def user_for_token(token: str) -> User | None:
     api_token = ApiToken.objects.select_related("user").filter(token_hash=_hash(token)).first()
     if api_token is None or not api_token.user.is_active:
         return None
-    ApiToken.objects.filter(pk=api_token.pk).update(last_used_at=timezone.now())
+    now = timezone.now()
+    if api_token.last_used_at is None or now - api_token.last_used_at >= LAST_USED_EVERY:
+        ApiToken.objects.filter(pk=api_token.pk).update(last_used_at=now)
     return api_token.user
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 from django_q.models import OrmQ
@@ -136,6 +137,28 @@ def test_only_the_token_hash_is_stored(api_token):
     stored = ApiToken.objects.get()
     assert api_token not in (stored.token_hash, stored.prefix)
     assert len(stored.token_hash) == 64
+
+
+def test_reading_the_api_writes_nothing_but_a_token_use_a_minute(client, api_token):
+    """A client polling the API must not take SQLite's one write lock on every read."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from sessions.models import ApiToken
+
+    def read() -> list[str]:
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get("/api/v1/sessions", HTTP_AUTHORIZATION=f"Bearer {api_token}")
+        assert response.status_code == 200
+        return [q["sql"] for q in queries if not q["sql"].lstrip().upper().startswith("SELECT")]
+
+    assert len(read()) == 1  # the first use is recorded
+    first_use = ApiToken.objects.get().last_used_at
+    assert first_use is not None
+    assert [read() for _ in range(5)] == [[]] * 5  # then reads are reads
+    ApiToken.objects.update(last_used_at=first_use - timedelta(minutes=2))
+    assert len(read()) == 1  # a use after a minute is recorded again
+    assert ApiToken.objects.get().last_used_at > first_use
 
 
 def make_session(**fields) -> AlertSession:
