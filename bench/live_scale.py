@@ -74,6 +74,10 @@ class _StampingModel(BaseHTTPRequestHandler):
     """POST /v1/chat/completions: a streamed answer of stamped words, no tool calls."""
 
     protocol_version = "HTTP/1.1"
+    # Each word is its own small write after the headers': with Nagle's algorithm on,
+    # a write waits for the client's (delayed) ACK of the one before, up to ~40 ms, and
+    # that wait would be measured as TARSy's latency.
+    disable_nagle_algorithm = True
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))

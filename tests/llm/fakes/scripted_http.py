@@ -57,6 +57,9 @@ Reply = StreamReply | ErrorReply
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive and chunked bodies, like real APIs
+    # A stream is many small writes: without this each waits for the client's delayed
+    # ACK of the one before (Nagle's algorithm), up to ~40 ms a chunk.
+    disable_nagle_algorithm = True
     server: _Server
 
     def do_POST(self) -> None:
