@@ -332,31 +332,15 @@ def pytest_collection_modifyitems(config, items) -> None:
         raise pytest.UsageError(f"tests with the same node id: {sorted(set(twice))}")
 
 
-# The share of the other tests among which the browser tests are spread (see below).
-E2E_SPREAD = 0.6
-
-
 class _Scheduling:
     """How pytest-xdist hands out the tests, run after every other collection hook."""
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config, items) -> None:
-        # The browser tests early, each followed by a slice of the other tests: they take
-        # a minute or two each, half of it waiting on their deployment, so a parallel run
-        # ends sooner when they neither start last nor all run at once (the others use
-        # the cores they leave idle). They use no test database, so moving them leaves
-        # pytest-django's order of the others alone.
-        e2e = [item for item in items if item.path.resolve().is_relative_to(TESTS / "e2e")]
-        rest = [item for item in items if not item.path.resolve().is_relative_to(TESTS / "e2e")]
-        step = int(len(rest) * E2E_SPREAD) // max(len(e2e), 1)
-        items[:] = [
-            *(
-                test
-                for n, browser in enumerate(e2e)
-                for test in (browser, *rest[n * step : (n + 1) * step])
-            ),
-            *rest[len(e2e) * step :],
-        ]
+        # The browser tests first: they take a minute or two each, and a parallel run
+        # would otherwise end waiting on one started last. They use no test database, so
+        # moving them ahead leaves pytest-django's order of the others alone.
+        items.sort(key=lambda item: not item.path.resolve().is_relative_to(TESTS / "e2e"))
         if not (os.environ.get("PYTEST_XDIST_WORKER") and config.getvalue("loadgroup")):
             return
         # --dist loadgroup keeps a group on one worker by reading "@group" at the end of
