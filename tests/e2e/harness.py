@@ -260,6 +260,10 @@ def deployment(
         dep.manage("migrate", "--no-input", "-v0")
         dep.manage("flush", "--no-input", "-v0")  # a shared database: start empty
         dep.token = dep.manage("shell", "-c", _provider_setup_code(provider)).split()[-1]
+    elif sqlite_template.SHARED_DIR is None:
+        # Outside pytest (the bench scripts): no Django in this process, no templates.
+        dep.manage("migrate", "--no-input", "-v0")
+        dep.token = dep.manage("shell", "-c", _provider_setup_code(provider)).split()[-1]
     else:
         template, dep.token = _sqlite_with_login()
         copy_sqlite(template, dep.database)
