@@ -261,6 +261,7 @@ REAL_PROCESS = (
     "sessions/test_tasks.py::test_running_a_session_twice_does_nothing_the_second_time",
     "sessions/test_tasks.py::test_the_demo_provider_investigates_the_demo_cluster_for_real",
     "test_outside_fields.py::test_the_worker_masks_tool_results_and_provider_errors",
+    "worker/test_supervision.py",
 )
 
 # Tests that take over half a second each in-process: the linear-time guards (each masks

@@ -32,7 +32,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
+import queue
 import signal
 import socket
 import threading
@@ -42,6 +44,8 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import django_q.cluster
+import django_q.worker
 from django import db
 from django.conf import settings
 from django.utils import timezone
@@ -55,6 +59,7 @@ from sessions.services.leases import Interruption
 logger = logging.getLogger(__name__)
 
 _PARENT_POLL = 0.2  # seconds between checks that this process's parent still lives
+_LOCK_RETRY = 0.005  # seconds before a worker looks at the task queue again (TaskQueue)
 _SESSION_GRACE = 15.0  # seconds a worker gets to end its session after its cluster died
 # Seconds past the shutdown deadline after which a process of a stopping cluster exits
 # whatever it is doing (a worker stuck in a call that ignores cancellation); what it
@@ -81,6 +86,39 @@ def prepare_cluster() -> None:
     _main_pid = os.getpid()
     _shutdown = multiprocessing.RawArray("d", 3)
     os.register_at_fork(after_in_child=_in_child)
+    # The sentinel, forked from here, starts every worker with this module-level name.
+    django_q.cluster.worker = _worker
+
+
+def _worker(task_queue: Any, result_queue: Any, timer: Any, timeout: Any = None) -> None:
+    """django-q2's worker, reading its tasks through ``TaskQueue``."""
+    django_q.worker.worker(TaskQueue(task_queue), result_queue, timer, timeout)
+
+
+class TaskQueue:
+    """The cluster's task queue as a worker reads it, without holding the queue's read
+    lock while it waits.
+
+    multiprocessing's blocking ``get`` holds that lock, a semaphore the cluster's workers
+    share, for as long as the queue stays empty. A worker killed meanwhile (kill -9, the
+    OOM killer) takes the lock with it, and no worker of the cluster ever reads a task
+    again. A worker whose sessions run in its engine (worker/engine.py) waits there
+    nearly all the time, so it waits for the queue's pipe to be readable instead, and
+    takes the lock only to read what is already there.
+    """
+
+    def __init__(self, queue: Any) -> None:
+        self._queue = queue
+
+    def get(self) -> Any:
+        while True:
+            multiprocessing.connection.wait([self._queue._reader])
+            try:
+                return self._queue.get(block=False)
+            except queue.Empty:
+                # Another worker read it first, or is reading it now: look again in a
+                # moment (not at once: a lock whose holder died would make that a spin).
+                time.sleep(_LOCK_RETRY)
 
 
 def take_stop_signals() -> None:
