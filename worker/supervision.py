@@ -12,7 +12,8 @@ clusters never do the same thing twice.
 monitor. When a parent dies (kill -9, OOM), its children live on, re-parented, and keep
 taking tasks beside the cluster that replaces it. Every process forked under the main
 one therefore watches its parent: once the parent is gone it exits — at once when it
-runs no session, and after ending its session ``failed`` with the reason when it does.
+runs no work, and after ending each session, chat answer and scoring it runs (a worker
+runs many at once, worker/engine.py) ``failed`` with the reason when it does.
 
 **Stopping.** SIGTERM or SIGINT to the main process stops the cluster within
 ``TARSY_SHUTDOWN_GRACE``. django-q2 alone would wait for every running session (up to its
@@ -20,8 +21,9 @@ runs no session, and after ending its session ``failed`` with the reason when it
 pills queue behind them. Instead, from the signal on, the pusher pulls nothing, a worker
 starts none of the work it is handed (and that work is queued again at once, for another
 cluster or this one restarted), and the work running gets the grace to finish. At the
-deadline each worker ends what still runs through its lease keeper (agents/executor.py):
-``failed`` saying why, or back to ``pending`` with ``TARSY_SHUTDOWN_REQUEUE``. The
+deadline each piece of work a worker still runs is ended by its own lease keeper
+(agents/executor.py): ``failed`` saying why, or back to ``pending`` with
+``TARSY_SHUTDOWN_REQUEUE``; the worker exits once all of it has ended. The
 children ignore SIGTERM and SIGINT themselves, so a signal to the whole process group
 (systemd, ``kill -TERM -<pgid>``, Ctrl-C) stops the cluster the same way instead of
 killing workers mid-session.
@@ -29,6 +31,7 @@ killing workers mid-session.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import multiprocessing
@@ -67,7 +70,10 @@ _SESSION_GRACE = 15.0  # seconds a worker gets to end its session after its clus
 _STRAGGLER_LIMIT = 5.0
 
 _parent_lost = threading.Event()
-_running_session: str | None = None
+# The sessions, chat answers and scorings this process runs (ids; a duplicate task of one
+# counts twice while both hold it): the parent watch waits for them to end.
+_running: collections.Counter[str] = collections.Counter()
+_running_lock = threading.Lock()
 _main_pid: int | None = None
 # Made by the main process before it forks, so every process of the cluster shares it:
 # [shutdown deadline (time.monotonic(): on Linux one clock for all processes of a host),
@@ -158,6 +164,12 @@ def _past_deadline(extra: float = 0.0) -> bool:
 # --- in the processes forked from it --------------------------------------------------------
 
 
+def in_cluster() -> bool:
+    """Whether this process is one a qcluster forked (a worker), rather than the main
+    process, a web process, a shell or a test."""
+    return _main_pid is not None and os.getpid() != _main_pid
+
+
 def _in_child() -> None:
     if os.getppid() == _main_pid:
         # The sentinel. django-q2 sets its SIGTERM back to the default (die at once, its
@@ -191,20 +203,20 @@ def _watch_parent(parent: int) -> None:
         if _past_deadline(_STRAGGLER_LIMIT):
             logger.error(
                 "still running %s %.0f s after the shutdown deadline; exiting",
-                _running_session or "(no work)",
+                ", ".join(running_work()) or "(no work)",
                 _STRAGGLER_LIMIT,
             )
             os._exit(1)
         time.sleep(_PARENT_POLL)
     _parent_lost.set()
-    if _running_session is not None:
+    if running_work():
         logger.error(
-            "the qcluster process %s died; ending session %s before exiting",
+            "the qcluster process %s died; ending %s before exiting",
             parent,
-            _running_session,
+            ", ".join(running_work()),
         )
         deadline = time.monotonic() + _SESSION_GRACE
-        while _running_session is not None and time.monotonic() < deadline:
+        while running_work() and time.monotonic() < deadline:
             time.sleep(0.05)
     # No atexit, no multiprocessing clean-up: they would wait for the dead parent.
     os._exit(1)
@@ -239,14 +251,33 @@ def cluster_lost() -> bool:
 
 
 @contextlib.contextmanager
-def running(session_id: str) -> Iterator[None]:
-    """Marks the session this worker process is running, for the parent watch."""
-    global _running_session
-    _running_session = session_id
+def running(work_id: str) -> Iterator[None]:
+    """Marks work (a session, a chat answer, a scoring) this worker process runs, for the
+    parent watch. Any thread; overlapping marks of one id count apart."""
+    work_began(work_id)
     try:
         yield
     finally:
-        _running_session = None
+        work_ended(work_id)
+
+
+def work_began(work_id: str) -> None:
+    """``running`` for work that ends in another thread than it began (``work_ended``)."""
+    with _running_lock:
+        _running[work_id] += 1
+
+
+def work_ended(work_id: str) -> None:
+    with _running_lock:
+        _running[work_id] -= 1
+        if _running[work_id] <= 0:
+            del _running[work_id]
+
+
+def running_work() -> list[str]:
+    """The ids of the work this process runs now."""
+    with _running_lock:
+        return list(_running)
 
 
 class Broker(ORM):
