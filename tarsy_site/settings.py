@@ -219,7 +219,14 @@ TARSY_ORPHAN_THRESHOLD = env_float("TARSY_ORPHAN_THRESHOLD", 60, minimum=1)
 TARSY_LEASE_CHECK_INTERVAL = env_float("TARSY_LEASE_CHECK_INTERVAL", 0.5, minimum=0.05)
 TARSY_RECOVERY_INTERVAL = env_float("TARSY_RECOVERY_INTERVAL", 10, minimum=0.1)
 TARSY_PENDING_RECOVERY_AFTER = env_float("TARSY_PENDING_RECOVERY_AFTER", 60, minimum=1)
-TARSY_MAX_CONCURRENT_SESSIONS = env_int("TARSY_MAX_CONCURRENT_SESSIONS", 5, minimum=0)
+TARSY_MAX_CONCURRENT_SESSIONS = env_int("TARSY_MAX_CONCURRENT_SESSIONS", 20, minimum=0)
+# Each worker process runs many pieces of work at once on one event loop (worker/engine.py):
+# an investigation is nearly all waiting. Chat answers and scorings have room of their own,
+# so a worker full of investigations still answers questions. The default workers (2) have
+# room for a few more than the global limit above: an uneven split of a burst between them
+# leaves none waiting for a worker.
+TARSY_WORKER_SESSIONS = env_int("TARSY_WORKER_SESSIONS", 12, minimum=1)
+TARSY_WORKER_FOLLOWUPS = env_int("TARSY_WORKER_FOLLOWUPS", 8, minimum=1)
 # A qcluster told to stop (SIGTERM, SIGINT) takes no more work at once and gives the work
 # it runs this long to finish; then it ends what still runs (failed, or queued again with
 # TARSY_SHUTDOWN_REQUEUE) and exits. The default leaves room inside Kubernetes' default

@@ -262,6 +262,15 @@ REAL_PROCESS = (
     "sessions/test_tasks.py::test_the_demo_provider_investigates_the_demo_cluster_for_real",
     "test_outside_fields.py::test_the_worker_masks_tool_results_and_provider_errors",
     "worker/test_supervision.py",
+    "worker/test_engine.py::test_sessions_handed_to_one_worker_run_at_once",
+    "worker/test_engine.py::test_a_full_worker_leaves_the_next_session_waiting_for_room",
+    "worker/test_engine.py::test_a_worker_full_of_sessions_still_answers_questions",
+    "worker/test_engine.py::test_a_duplicate_task_of_a_running_session_does_nothing",
+    "worker/test_engine.py::test_a_cancel_stops_its_session_within_a_second_and_leaves_the_others",
+    "worker/test_engine.py::test_a_lost_lease_fences_only_its_session",
+    "worker/test_engine.py::test_at_the_deadline_every_session_of_the_worker_ends_failed_saying_why",
+    "worker/test_engine.py::test_at_the_deadline_with_requeue_every_session_goes_back_to_the_queue",
+    "worker/test_engine.py::test_when_the_cluster_dies_every_session_of_the_worker_ends_failed",
 )
 
 # Tests that take over half a second each in-process: the linear-time guards (each masks

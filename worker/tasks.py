@@ -1,14 +1,25 @@
 """django-q2 entry points. They only call into services and the agents' executors.
 
 Sessions, chat answers and scorings run the same way (``_run``): nothing starts in a
-cluster that is stopping (the work goes back to the queue), the work is claimed under a
-lease (a re-delivered or duplicate task finds it claimed or ended and does nothing), and
-the executor runs in its own event loop, told when the cluster wants it to stop.
+cluster that is stopping (the work goes back to the queue); room is taken in the worker
+process's engine (worker/engine.py), then the work is claimed under a lease (a
+re-delivered or duplicate task finds it claimed or ended and does nothing), and the
+executor runs in the engine's event loop beside the process's other work, told when the
+cluster wants it to stop.
+
+In a qcluster worker the task returns as soon as its work has started, so the worker
+takes its next task while the work runs: django-q2 acknowledges the task then, and what
+keeps the work safe from there is its lease (a worker that dies stops heart-beating, and
+recovery ends the work; worker/supervision.py). A process full of investigations leaves
+the next one waiting, pending, for a worker with room (``session_defer``); a chat answer
+or scoring waits for room of its own kind. Called anywhere else (a test, a shell), the
+task waits for its work to end and returns how it ended: nothing would keep the work
+alive after the caller returns.
 """
 
 from __future__ import annotations
 
-import asyncio
+import concurrent.futures
 import logging
 import os
 import socket
@@ -22,7 +33,8 @@ from agents.chat import execute_chat
 from agents.executor import execute_session
 from agents.scoring import execute_scoring
 from sessions import services
-from worker import slack, supervision
+from sessions.services.leases import Interruption
+from worker import engine, slack, supervision
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +54,7 @@ def run_session(session_id: str) -> str:
         ),
         claim=claim,
         execute=execute_session,
+        defer=lambda: services.session_defer(session_id=session_id),
     )
 
 
@@ -90,21 +103,89 @@ def _run(
     requeue_unstarted: Callable[[datetime], object],
     claim: Callable[[str], tuple[Any, str]],
     execute: Callable[..., Coroutine[Any, Any, str]],
+    defer: Callable[[], bool] | None = None,
 ) -> str:
-    """Claim one piece of work and run it to its end; what the task returns is what
-    django-q2 records. ``what`` names the work in a stop's reason ("session", "answer",
-    "scoring"); ``claim`` returns the lease, or None and why not."""
+    """Claim one piece of work and start it in this process's engine; what the task
+    returns is what django-q2 records. ``what`` names the work in a stop's reason
+    ("session", "answer", "scoring"); ``claim`` returns the lease, or None and why not;
+    ``defer`` leaves it waiting for a worker with room (sessions; without it, the task
+    waits for room here)."""
     with supervision.running(work_id):
         if skipped := _not_now(requeue_unstarted):
             return skipped
-        lease, outcome = claim(f"{socket.gethostname()}:{os.getpid()}")
-        if lease is None:
-            logger.info("%s %s: %s", what, work_id, outcome)
-            return outcome
+        kind = engine.SESSION if what == "session" else engine.FOLLOWUP
+        slot = engine.engine().reserve(kind, wait=defer is None, give_up=_giving_up)
+        if slot is None:
+            if skipped := _not_now(requeue_unstarted):
+                return skipped
+            assert defer is not None  # only a task that does not wait gets no slot
+            if not defer():
+                return "skipped"
+            logger.info("%s %s: deferred, this worker is full", what, work_id)
+            return f"deferred: this worker runs {engine.capacity(kind)} already"
         try:
-            return asyncio.run(execute(lease, should_stop=lambda: supervision.stop_reason(what)))
+            started = _start(slot, work_id, what, claim, execute)
         finally:
             close_old_connections()
+    if isinstance(started, str):
+        return started  # not claimed, and why
+    if supervision.in_cluster():
+        started.add_done_callback(lambda future: _log_end(what, work_id, future))
+        return "started"
+    return started.result()
+
+
+def _start(
+    slot: engine.Slot,
+    work_id: str,
+    what: str,
+    claim: Callable[[str], tuple[Any, str]],
+    execute: Callable[..., Coroutine[Any, Any, str]],
+) -> concurrent.futures.Future[str] | str:
+    """Claim the work and run it in ``slot``: its future, or why it was not claimed."""
+    try:
+        lease, outcome = claim(f"{socket.gethostname()}:{os.getpid()}")
+        if lease is None:
+            slot.release()
+            logger.info("%s %s: %s", what, work_id, outcome)
+            return outcome
+        # Marked from now until it ends, in the engine's thread: the parent watch waits
+        # for it (worker/supervision.py).
+        supervision.work_began(work_id)
+        try:
+            work = execute(lease, should_stop=_stop_check(what))
+            return slot.engine.run(slot, work_id, _marked_until_it_ends(work_id, work))
+        except BaseException:
+            supervision.work_ended(work_id)
+            raise
+    except BaseException:
+        slot.release()
+        raise
+
+
+async def _marked_until_it_ends(work_id: str, work: Coroutine[Any, Any, str]) -> str:
+    try:
+        return await work
+    finally:
+        supervision.work_ended(work_id)
+
+
+def _stop_check(what: str) -> Callable[[], Interruption | None]:
+    return lambda: supervision.stop_reason(what)
+
+
+def _giving_up() -> bool:
+    return supervision.stopping() or supervision.cluster_lost()
+
+
+def _log_end(what: str, work_id: str, future: concurrent.futures.Future[str]) -> None:
+    """What django-q2 would have recorded, had the task waited for it."""
+    if future.cancelled():
+        logger.error("%s %s: cancelled in the engine", what, work_id)
+    elif (error := future.exception()) is not None:
+        logger.error("%s %s crashed", what, work_id, exc_info=error)
+    else:
+        logger.info("%s %s: %s", what, work_id, future.result())
 
 
 def _skipped_unless(lease: Any) -> tuple[Any, str]:

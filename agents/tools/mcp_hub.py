@@ -1,9 +1,10 @@
 """A worker's shared MCP connections: one live session per server configuration, reused
 by every agent execution and every session the worker runs.
 
-Sessions run in their own ``asyncio.run()`` each, and a connection (an anyio task group
-around a transport) belongs to the loop that opened it. So the hub runs a loop of its
-own, in a daemon thread, and owns the connections there; agents reach them with
+A connection (an anyio task group around a transport) belongs to the loop that opened
+it, and its users run in other loops: a worker's engine (worker/engine.py), the
+qcluster's warm-up, a test's ``asyncio.run()``. So the hub runs a loop of its own, in a
+daemon thread, and owns the connections there; agents reach them with
 ``run_coroutine_threadsafe`` (cancelling the caller cancels the call). Concurrent calls
 from parallel agents share one session: MCP is JSON-RPC with request ids.
 

@@ -47,6 +47,7 @@ from sessions.services.lifecycle import (
     session_cancel,
     session_claim,
     session_create,
+    session_defer,
     session_end,
     sessions_time_out_orphans,
 )
@@ -158,6 +159,7 @@ __all__ = [
     "session_cancel",
     "session_claim",
     "session_create",
+    "session_defer",
     "session_end",
     "session_enqueue",
     "session_heartbeat",

@@ -124,6 +124,22 @@ def session_claim(*, session_id: Any, worker_id: str) -> Claim:
     return Claim("claimed", Lease(session_id, token))
 
 
+def session_defer(*, session_id: Any) -> bool:
+    """Leave a pending session waiting, with no task, for a worker with room: the one it
+    was handed to runs as many as ``TARSY_WORKER_SESSIONS`` already. It is queued again
+    like one over the global limit: when a running session ends (``session_end``), or by
+    the next recovery pass (``sessions_dispatch_waiting``). False when it is not pending
+    any more (a duplicate task, a cancel)."""
+    with transaction.atomic():
+        serialize_transaction("tarsy-session-claim")
+        return (
+            AlertSession.objects.filter(id=session_id, status=SessionStatus.PENDING).update(
+                enqueued_at=None
+            )
+            == 1
+        )
+
+
 def session_end(
     *,
     lease: Lease,
