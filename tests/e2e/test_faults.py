@@ -103,8 +103,9 @@ def assert_each_ran_once_and_nothing_came_after_its_end(tarsy: Deployment) -> No
 
 def test_the_whole_cluster_killed_and_restarted_loses_no_session(tmp_path):
     """kill -9 of every qcluster process with sessions running and queued; the default
-    recovery settings bring every session to an end within two minutes of the restart."""
-    env = {"TARSY_WORKERS": "2"}
+    recovery settings bring every session to an end within two minutes of the restart.
+    A worker runs one session here, so that two run and four wait."""
+    env = {"TARSY_WORKERS": "2", "TARSY_WORKER_SESSIONS": "1"}
     with deployment(tmp_path, provider=slow_provider(tmp_path), extra_env=env) as tarsy:
         token = tarsy.api_token()
         ids = submit(tarsy, token, 6)
@@ -147,8 +148,13 @@ def test_the_whole_cluster_killed_and_restarted_loses_no_session(tmp_path):
 
 def test_a_killed_main_process_leaves_no_worker_behind(tmp_path):
     """kill -9 of qcluster's main process only: its sentinel, pusher, monitor and workers
-    used to live on and serve the queue beside the cluster that replaced it."""
-    env = {"TARSY_WORKERS": "2", "TARSY_LEASE_CHECK_INTERVAL": "0.2"}
+    used to live on and serve the queue beside the cluster that replaced it. A worker
+    runs one session here, so that two orphaned workers would show as four at once."""
+    env = {
+        "TARSY_WORKERS": "2",
+        "TARSY_WORKER_SESSIONS": "1",
+        "TARSY_LEASE_CHECK_INTERVAL": "0.2",
+    }
     with deployment(tmp_path, provider=slow_provider(tmp_path), extra_env=env) as tarsy:
         token = tarsy.api_token()
         ids = submit(tarsy, token, 2)
@@ -183,6 +189,72 @@ def test_a_killed_main_process_leaves_no_worker_behind(tmp_path):
         assert most <= 2  # one cluster of two workers, not two clusters
         assert all(statuses(tarsy)[i] == "completed" for i in more)
         print(f"\nmain process killed → every worker gone in {gone:.1f} s")
+        assert_each_ran_once_and_nothing_came_after_its_end(tarsy)
+
+
+def test_a_worker_killed_with_ten_sessions_running_ends_each_of_them_once(tmp_path):
+    """kill -9 of one worker process running ten sessions at once (worker/engine.py).
+    django-q2 acknowledged their tasks when they started, so nothing re-delivers them:
+    their heartbeats stop, and recovery ends each of them once, timed out, keeping what
+    it streamed. The sentinel starts a fresh worker, which runs what comes next."""
+    env = {
+        "TARSY_WORKERS": "1",
+        "TARSY_HEARTBEAT_INTERVAL": "1",
+        "TARSY_ORPHAN_THRESHOLD": "5",
+        "TARSY_RECOVERY_INTERVAL": "0.5",
+    }
+    provider = slow_provider(tmp_path, words=80, delay=0.1)
+    with deployment(tmp_path, provider=provider, extra_env=env) as tarsy:
+        token = tarsy.api_token()
+        ids = submit(tarsy, token, 10)
+
+        def streaming() -> int:
+            return tarsy.query(
+                "SELECT COUNT(*) FROM alert_sessions_timelineevent "
+                "WHERE event_type = 'llm_response' AND status = 'streaming'"
+            )[0][0]
+
+        wait_until(lambda: streaming() == 10, 60, "ten answers streaming", tarsy)
+        time.sleep(1.0)  # a few words each
+        (worker,) = {w for (w,) in tarsy.query("SELECT worker_id FROM alert_sessions_alertsession")}
+        pid = int(worker.rsplit(":", 1)[1])
+        assert pid in process_group(tarsy.processes[list(tarsy.commands).index("qcluster")].pid)
+        os.kill(pid, signal.SIGKILL)
+        took = wait_until(
+            lambda: all(statuses(tarsy)[i] in TERMINAL for i in ids),
+            60,
+            "every session of the killed worker ended",
+            tarsy,
+        )
+        final = statuses(tarsy)
+        assert [final[i] for i in ids] == ["timed_out"] * 10, final
+        errors = tarsy.query("SELECT error_message FROM alert_sessions_alertsession")
+        assert all(worker in message for (message,) in errors), errors
+        said = tarsy.query(
+            "SELECT status, content FROM alert_sessions_timelineevent "
+            "WHERE event_type = 'llm_response'"
+        )
+        assert len(said) == 10
+        interrupted = [status == "failed" and text.startswith("w000") for status, text in said]
+        assert all(interrupted), said
+
+        # The worker that replaced it takes new work.
+        more = submit(tarsy, token, 2)
+        wait_until(
+            lambda: all(statuses(tarsy)[i] in TERMINAL for i in more),
+            60,
+            "the next sessions ended",
+            tarsy,
+        )
+        assert [statuses(tarsy)[i] for i in more] == ["completed", "completed"]
+        (new_worker,) = {
+            w
+            for (w,) in tarsy.query(
+                "SELECT worker_id FROM alert_sessions_alertsession WHERE status = 'completed'"
+            )
+        }
+        assert new_worker != worker
+        print(f"\nworker with 10 sessions killed → every one ended: {took:.1f} s")
         assert_each_ran_once_and_nothing_came_after_its_end(tarsy)
 
 

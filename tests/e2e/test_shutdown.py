@@ -7,9 +7,11 @@ The promises: the cluster exits on its own well before the SIGKILL, with status 
 no process left; it starts nothing after the signal; the session it could not finish
 ends ``failed`` saying why (or, with ``TARSY_SHUTDOWN_REQUEUE``, runs again from the
 start after the restart); nothing is left ``in_progress`` for the orphan reaper; and the
-queued sessions, including the ones its pusher had already pulled, run after a restart
-at once: ``TARSY_PENDING_RECOVERY_AFTER`` is set to an hour here, so recovery cannot be
-what queues them again.
+sessions waiting for room run after a restart at once: ``TARSY_PENDING_RECOVERY_AFTER``
+is set to an hour here, so the recovery of lost tasks cannot be what starts them.
+
+Most tests give the worker room for one session (``TARSY_WORKER_SESSIONS``), so that one
+runs and the others wait; one stops a worker running several at once.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import uuid
 import pytest
 
 from tests.e2e.harness import Deployment, deployment, process_group
-from tests.e2e.test_faults import TERMINAL, _epoch, slow_provider, statuses, submit, wait_until
+from tests.e2e.test_faults import TERMINAL, slow_provider, statuses, submit, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -32,6 +34,7 @@ GRACE = 3.0
 KILL_AFTER = 30.0  # a container's stop timeout (docker's is 10 s, Kubernetes' 30 s)
 ENV = {
     "TARSY_WORKERS": "1",
+    "TARSY_WORKER_SESSIONS": "1",
     "TARSY_SHUTDOWN_GRACE": str(GRACE),
     "TARSY_PENDING_RECOVERY_AFTER": "3600",
 }
@@ -58,9 +61,9 @@ def stop_like_a_container(tarsy: Deployment, *, whole_group: bool = False) -> fl
     return took
 
 
-def running_and_pulled(tarsy: Deployment, token: str, count: int) -> tuple[str, list[str]]:
-    """Submit ``count`` sessions to a one-worker cluster; returns the one it runs (once
-    its answer is streaming) and those waiting, some pulled by its pusher already."""
+def running_and_waiting(tarsy: Deployment, token: str, count: int) -> tuple[str, list[str]]:
+    """Submit ``count`` sessions to a one-worker cluster with room for one; returns the
+    one it runs (once its answer is streaming) and those waiting for room."""
     ids = submit(tarsy, token, count)
     wait_until(
         lambda: (
@@ -79,10 +82,12 @@ def running_and_pulled(tarsy: Deployment, token: str, count: int) -> tuple[str, 
     return running, [i for i in ids if i != running]
 
 
-def pulled_tasks(tarsy: Deployment) -> int:
-    """Tasks a pusher has taken from the queue (locked) and not yet acknowledged."""
-    now = time.time()
-    return sum(_epoch(lock) > now for (lock,) in tarsy.query("SELECT lock FROM django_q_ormq"))
+def waiting_for_room(tarsy: Deployment) -> int:
+    """Pending sessions a full worker left waiting, with no task, for room."""
+    return tarsy.query(
+        "SELECT COUNT(*) FROM alert_sessions_alertsession "
+        "WHERE status = 'pending' AND enqueued_at IS NULL"
+    )[0][0]
 
 
 def stages(tarsy: Deployment, session_id: str) -> list[tuple]:
@@ -114,10 +119,9 @@ def test_sigterm_ends_the_running_session_failed_and_the_queue_runs_after_a_rest
     provider = slow_provider(tmp_path, words=100, delay=0.1)
     with deployment(tmp_path, provider=provider, extra_env=ENV) as tarsy:
         token = tarsy.api_token()
-        running, waiting = running_and_pulled(tarsy, token, 3)
-        # One worker, busy: its pusher has pulled the next task into django-q2's queue
-        # and holds the one after, waiting for room.
-        wait_until(lambda: pulled_tasks(tarsy) == 3, 10, "the next two tasks pulled", tarsy)
+        running, waiting = running_and_waiting(tarsy, token, 3)
+        # One worker, full: it has left the next two waiting for room.
+        wait_until(lambda: waiting_for_room(tarsy) == 2, 10, "the next two waiting", tarsy)
 
         took = stop_like_a_container(tarsy)
 
@@ -159,7 +163,7 @@ def test_sigterm_with_requeue_runs_the_interrupted_session_again_after_a_restart
     env = {**ENV, "TARSY_SHUTDOWN_REQUEUE": "true"}
     with deployment(tmp_path, provider=provider, extra_env=env) as tarsy:
         token = tarsy.api_token()
-        running, (waiting,) = running_and_pulled(tarsy, token, 2)
+        running, (waiting,) = running_and_waiting(tarsy, token, 2)
 
         took = stop_like_a_container(tarsy)
 
@@ -222,7 +226,7 @@ def test_sigterm_to_the_whole_process_group_stops_it_the_same_way(tmp_path):
     provider = slow_provider(tmp_path, words=100, delay=0.1)
     with deployment(tmp_path, provider=provider, extra_env=ENV) as tarsy:
         token = tarsy.api_token()
-        running, (waiting,) = running_and_pulled(tarsy, token, 2)
+        running, (waiting,) = running_and_waiting(tarsy, token, 2)
         cluster = tarsy.processes[list(tarsy.commands).index("qcluster")]
         assert len(process_group(cluster.pid)) >= 5  # main, sentinel, pusher, monitor, worker
 
@@ -236,3 +240,42 @@ def test_sigterm_to_the_whole_process_group_stops_it_the_same_way(tmp_path):
         assert_nothing_running_and_no_cluster(tarsy)
         assert all(s in (*TERMINAL, "pending") for s in statuses(tarsy).values())
         print(f"\nSIGTERM to the group → cluster exited: {took:.1f} s")
+
+
+def test_sigterm_ends_every_session_a_worker_runs_at_once(tmp_path):
+    provider = slow_provider(tmp_path, words=100, delay=0.1)
+    env = {**ENV, "TARSY_WORKER_SESSIONS": "4"}
+    with deployment(tmp_path, provider=provider, extra_env=env) as tarsy:
+        token = tarsy.api_token()
+        ids = submit(tarsy, token, 4)
+        wait_until(
+            lambda: (
+                tarsy.query(
+                    "SELECT COUNT(*) FROM alert_sessions_timelineevent "
+                    "WHERE event_type = 'llm_response' AND status = 'streaming'"
+                )[0][0]
+                == 4
+            ),
+            30,
+            "four answers streaming in one worker",
+            tarsy,
+        )
+        workers = tarsy.query("SELECT DISTINCT worker_id FROM alert_sessions_alertsession")
+        assert len(workers) == 1, workers
+
+        took = stop_like_a_container(tarsy)
+
+        assert took < GRACE + 7, took
+        final = statuses(tarsy)
+        assert [final[i] for i in ids] == ["failed"] * 4, final
+        for session_id in ids:
+            error = error_of(tarsy, session_id)
+            assert "was stopped (SIGTERM) before the session finished" in error, error
+        said = tarsy.query(
+            "SELECT status, content FROM alert_sessions_timelineevent "
+            "WHERE event_type = 'llm_response'"
+        )
+        assert len(said) == 4
+        assert all(status == "failed" and content.startswith("w000") for status, content in said)
+        assert_nothing_running_and_no_cluster(tarsy)
+        print(f"\nSIGTERM with 4 sessions in one worker → cluster exited: {took:.1f} s")
