@@ -168,6 +168,15 @@ _engine: Engine | None = None
 _engine_lock = threading.Lock()
 
 
+def busy() -> float:
+    """How much of this process's room for investigations is taken, 0 to 1 (0 before its
+    engine is made)."""
+    current = _engine
+    if current is None:
+        return 0.0
+    return min(1.0, current.taken(SESSION) / max(1, capacity(SESSION)))
+
+
 def engine() -> Engine:
     """This process's engine (a forked child gets a fresh one)."""
     global _engine

@@ -58,11 +58,15 @@ from django_q.conf import Conf
 from sessions import services
 from sessions.selectors import cluster_silence_limit
 from sessions.services.leases import Interruption
+from worker import engine
 
 logger = logging.getLogger(__name__)
 
 _PARENT_POLL = 0.2  # seconds between checks that this process's parent still lives
 _LOCK_RETRY = 0.005  # seconds before a worker looks at the task queue again (TaskQueue)
+# Seconds a worker with no room left waits before reaching for a task, so that one with
+# room gets it (a worker with half its room taken waits half as long).
+_BUSY_DEFERENCE = 0.05
 _SESSION_GRACE = 15.0  # seconds a worker gets to end its session after its cluster died
 # Seconds past the shutdown deadline after which a process of a stopping cluster exits
 # whatever it is doing (a worker stuck in a call that ignores cancellation); what it
@@ -97,8 +101,10 @@ def prepare_cluster() -> None:
 
 
 def _worker(task_queue: Any, result_queue: Any, timer: Any, timeout: Any = None) -> None:
-    """django-q2's worker, reading its tasks through ``TaskQueue``."""
-    django_q.worker.worker(TaskQueue(task_queue), result_queue, timer, timeout)
+    """django-q2's worker, reading its tasks through ``TaskQueue``; the busier its engine,
+    the longer it lets the other workers reach for a task first."""
+    reader = TaskQueue(task_queue, defer=lambda: engine.busy() * _BUSY_DEFERENCE)
+    django_q.worker.worker(reader, result_queue, timer, timeout)
 
 
 class TaskQueue:
@@ -113,12 +119,17 @@ class TaskQueue:
     takes the lock only to read what is already there.
     """
 
-    def __init__(self, queue: Any) -> None:
+    def __init__(self, queue: Any, *, defer: Callable[[], float] = lambda: 0.0) -> None:
         self._queue = queue
+        self._defer = defer
 
     def get(self) -> Any:
         while True:
             multiprocessing.connection.wait([self._queue._reader])
+            # Every waiting worker wakes for a task: a busy one lets an idler one take
+            # it (the readers race; nothing else spreads the work between them).
+            if (pause := self._defer()) > 0:
+                time.sleep(pause)
             try:
                 return self._queue.get(block=False)
             except queue.Empty:

@@ -61,3 +61,30 @@ def test_each_task_is_read_by_one_worker():
         except queue.Empty:
             break
     assert sorted(read_once) == list(range(60))
+
+
+def test_a_busy_worker_lets_an_idle_one_take_the_task():
+    tasks = FORK.Queue()
+    got = FORK.Queue()
+
+    def read(name: str, pause: float) -> None:
+        reader = TaskQueue(tasks, defer=lambda: pause)
+        while reader.get() != "STOP":
+            got.put(name)
+
+    workers = [
+        FORK.Process(target=read, args=("busy", 0.05), daemon=True),
+        FORK.Process(target=read, args=("idle", 0.0), daemon=True),
+    ]
+    for worker in workers:
+        worker.start()
+    time.sleep(0.3)
+    for n in range(10):
+        tasks.put(n)
+        time.sleep(0.1)  # both wait for the next one
+    for _ in workers:
+        tasks.put("STOP")
+    for worker in workers:
+        worker.join(timeout=10)
+    readers = [got.get(timeout=1) for _ in range(10)]
+    assert readers.count("idle") >= 9, readers
