@@ -7,7 +7,10 @@ one at a time, then ``--burst`` sent at once. For each: the wall time from the r
 to its end, the wait before a worker claimed it, and its run (claim → end). Aim: the
 whole burst ends within twice a lone investigation's wall time.
 
-Usage: .venv/bin/python bench/burst.py [--burst 20] [--lone 3] [--env NAME=VALUE ...]
+With ``--cancel``, one session of the burst is cancelled while the others stream, and the
+time from the request to ``cancelled`` is reported (it leaves the burst's figures).
+
+Usage: .venv/bin/python bench/burst.py [--burst 20] [--lone 3] [--cancel] [--env NAME=VALUE]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,6 +85,38 @@ def timings(tarsy, sent: dict[str, float]) -> list[dict[str, float | str]]:
     return result
 
 
+def cancel_one(tarsy, token: str, sent_at: dict[str, float]) -> list[float]:
+    """Cancel one session of the burst while the others stream; returns request →
+    cancelled in ms (the session leaves the burst's figures)."""
+    victim = next(iter(sent_at))
+
+    def streaming() -> bool:
+        return (
+            tarsy.query(
+                "SELECT COUNT(*) FROM alert_sessions_timelineevent WHERE session_id = %s "
+                "AND event_type = 'llm_response' AND status = 'streaming'",
+                (victim,),
+            )[0][0]
+            > 0
+        )
+
+    deadline = time.monotonic() + 120
+    while not streaming():
+        assert time.monotonic() < deadline, tarsy.log_tail()
+        time.sleep(0.01)
+    asked = time.monotonic()
+    path = f"/api/v1/sessions/{uuid.UUID(victim)}/cancel"
+    status, body = tarsy.api("POST", path, token, {})
+    assert status == 200, body
+    while tarsy.query(
+        "SELECT status FROM alert_sessions_alertsession WHERE id = %s", (victim,)
+    ) != [("cancelled",)]:
+        assert time.monotonic() - asked < 30, tarsy.log_tail()
+        time.sleep(0.005)
+    del sent_at[victim]
+    return [(time.monotonic() - asked) * 1000]
+
+
 def line(name: str, values: list[float]) -> str:
     return (
         f"  {name:<28} median={statistics.median(values):7.2f} s  "
@@ -107,6 +143,9 @@ def main() -> None:
     parser.add_argument("--lone", type=int, default=3)
     parser.add_argument("--chunk-delay", type=float, default=0.04)
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the workers")
+    parser.add_argument(
+        "--cancel", action="store_true", help="also cancel one session of the burst, timed"
+    )
     args = parser.parse_args()
     env = {**DEFAULTS, **dict(item.split("=", 1) for item in args.env)}
     print(f"starting; {load_average()}; env {env}")
@@ -143,6 +182,7 @@ def main() -> None:
             thread.start()
         for thread in threads:
             thread.join()
+        cancels = cancel_one(tarsy, token, sent_at) if args.cancel else []
         wait_for_ends(tarsy, list(sent_at), 600)
         burst = timings(tarsy, sent_at)
         burst_wall = max(float(b["ended"]) for b in burst) - began  # first request → last end
@@ -164,6 +204,8 @@ def main() -> None:
     print(f"burst of {len(burst)} sent at once (statuses {statuses}; {workers} worker processes):")
     for key in ("wall", "wait", "run"):
         print(line(key, [float(t[key]) for t in burst]))
+    if cancels:
+        print(f"  cancel of one session mid-burst: request → cancelled {cancels[0]:.0f} ms")
     print(
         f"whole burst: {burst_wall:.2f} s = {burst_wall / lone_wall:.2f} times a lone "
         f"investigation ({lone_wall:.2f} s); aim: at most 2"
