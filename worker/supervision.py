@@ -119,8 +119,10 @@ class TaskQueue:
     takes the lock only to read what is already there.
     """
 
-    def __init__(self, queue: Any, *, defer: Callable[[], float] = lambda: 0.0) -> None:
-        self._queue = queue
+    def __init__(self, tasks: Any, *, defer: Callable[[], float] = lambda: 0.0) -> None:
+        """``tasks`` is the multiprocessing queue; ``defer()`` says how many seconds to
+        let the other workers reach for a task first."""
+        self._queue = tasks
         self._defer = defer
 
     def get(self) -> Any:
