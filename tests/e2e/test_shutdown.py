@@ -73,7 +73,7 @@ def running_and_waiting(tarsy: Deployment, token: str, count: int) -> tuple[str,
             )[0][0]
             == 1
         ),
-        30,
+        60,  # from submission: the cluster's start-up (its MCP servers) comes first
         "an answer streaming",
         tarsy,
     )
