@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import DatabaseError
 
-from agents.recorder import db
+from agents.recorder import db, forget_streams, save_streams
 from agents.runs import RunControl, SessionRun
 from agents.stages import (
     SessionFailure,
@@ -101,6 +101,7 @@ async def run_leased(
         keeper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await keeper
+        forget_streams(lease)
 
 
 async def _keep_lease(
@@ -166,7 +167,9 @@ async def _stop_now(
 ) -> None:
     """End the session first, then stop its task: what was streaming keeps its text, the
     status changes at once (not after MCP servers and streams have shut down), and any
-    write the stopping task still attempts fails on the lease it no longer holds."""
+    write the stopping task still attempts fails on the lease it no longer holds. The
+    streamed text not saved yet is saved first: the pages have shown it."""
+    await save_streams(lease)
     try:
         await db(end)(
             lease=lease,
@@ -191,6 +194,7 @@ async def _requeue_now(
 ) -> bool:
     """Put the work back in the queue first, then stop its task, as ``_stop_now`` ends it;
     False when it is being cancelled instead (nothing done)."""
+    await save_streams(lease)
     try:
         if not await db(requeue)(lease=lease, reason=reason):
             return False

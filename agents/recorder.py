@@ -8,7 +8,10 @@ the order of writes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
+import weakref
 from dataclasses import asdict
 from typing import Any
 
@@ -16,7 +19,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from llm.types import ConversationMessage, ProviderConfig
-from sessions import services
+from sessions import services, streams
 from sessions.models import (
     AgentExecution,
     AlertSession,
@@ -25,6 +28,8 @@ from sessions.models import (
     TimelineEventType,
 )
 from sessions.services import Lease
+
+logger = logging.getLogger(__name__)
 
 
 def db(function):
@@ -50,7 +55,7 @@ class Recorder:
         self.lease = lease
         self._timeline_sequence = 0
         self._message_sequence = 0
-        self._streams = _Streams(lease)
+        self._streams = _Streams(lease, session.id)
         # The latest call of each kind (an iteration, a summary…): what the next call of
         # the same conversation continues, so that only what it adds is stored.
         self._calls: dict[str, services.RecordedCall] = {}
@@ -165,60 +170,157 @@ class Recorder:
             raise services.LeaseLost(self.lease)
 
 
-class _Streams:
-    """Streamed deltas, written at most once per ``TARSY_STREAM_FLUSH_INTERVAL``.
+# The streams open under each lease: a stop saves what they hold before it ends the work
+# (agents/executor.py), so that an item closed by a cancel keeps every word the pages saw.
+_open_streams: dict[Lease, weakref.WeakSet[_Streams]] = {}
 
-    A model sends many small deltas; writing each as its own transaction and event row
-    cost a worker about 2 ms apiece and made most of the event log. The first delta after
-    a quiet spell is written at once; the ones that follow within the interval are
-    gathered and written together when it ends (or sooner, when the item completes or
-    another item starts), so text reaches the page at most one interval late.
+
+async def save_streams(lease: Lease) -> None:
+    """Save the text every stream of ``lease`` holds unsaved (best effort: a lease lost
+    meanwhile saves nothing)."""
+    for streams_ in list(_open_streams.get(lease, ())):
+        with contextlib.suppress(Exception):
+            await streams_.save()
+
+
+def forget_streams(lease: Lease) -> None:
+    """The work of ``lease`` has ended."""
+    _open_streams.pop(lease, None)
+
+
+class _Stream:
+    """One item's streamed text: what the pages have not been sent yet, and what the
+    database has not saved yet (each with the character it starts at)."""
+
+    def __init__(self, item: TimelineEvent) -> None:
+        self.item = item
+        self.unsent: list[str] = []
+        self.sent_end = 0
+        self.unsaved: list[str] = []
+        self.saved_end = 0
+
+
+class _Streams:
+    """Streamed deltas, sent to the pages at most once per ``TARSY_STREAM_FLUSH_INTERVAL``
+    and saved at most once per ``TARSY_STREAM_SAVE_INTERVAL``.
+
+    A model sends many small deltas. Writing each as a transaction cost a worker ~2 ms
+    apiece and, under SQLite, queued every stream of every session for the one write lock.
+    So the words go to the relays directly (sessions/streams.py): the first delta after a
+    quiet spell at once, the ones that follow within the interval together when it ends.
+    The database gets the same text, with the same offsets, in one transaction per save
+    interval (or sooner, when an item completes or another one starts): what a relay
+    missed, and what a page loading later shows. Neither waits for the other, and the
+    model's stream waits for neither: saves run beside it, and a lost lease found by one
+    is raised at the agent's next delta or write.
     """
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: Lease, session_id: Any) -> None:
         self.lease = lease
-        self.pending: dict[int, tuple[TimelineEvent, list[str]]] = {}
-        self.written_at = float("-inf")
-        self.timer: asyncio.Task | None = None
+        self.session_id = str(session_id)
+        self.streams: dict[int, _Stream] = {}
+        self.sent_at = float("-inf")
+        self.saved_at = float("-inf")
+        self.send_timer: asyncio.Task | None = None
+        self.save_timer: asyncio.Task | None = None
         self.failure: BaseException | None = None
-        self.lock = asyncio.Lock()
+        self.save_lock = asyncio.Lock()
+        _open_streams.setdefault(lease, weakref.WeakSet()).add(self)
 
     async def add(self, item: TimelineEvent, delta: str) -> None:
         self._raise_failure()
-        self.pending.setdefault(item.id, (item, []))[1].append(delta)
-        wait = self.written_at + settings.TARSY_STREAM_FLUSH_INTERVAL - time.monotonic()
-        if wait <= 0 and not self.lock.locked():
-            await self.flush()
-        elif self.timer is None:
-            self.timer = asyncio.create_task(self._flush_after(max(wait, 0.0)))
+        stream = self.streams.get(item.id)
+        if stream is None:
+            stream = self.streams[item.id] = _Stream(item)
+        stream.unsent.append(delta)
+        stream.unsaved.append(delta)
+        now = time.monotonic()
+        wait = self.sent_at + settings.TARSY_STREAM_FLUSH_INTERVAL - now
+        if wait <= 0:
+            await self._send()
+        elif self.send_timer is None:
+            self.send_timer = asyncio.create_task(self._send_later(wait))
+        if self.save_timer is None:
+            self.save_timer = asyncio.create_task(self._save_later())
 
     def drop(self, item: TimelineEvent) -> None:
-        self.pending.pop(item.id, None)
+        self.streams.pop(item.id, None)
 
     async def flush(self) -> None:
+        """Send and save everything gathered, now."""
         self._raise_failure()
-        async with self.lock:
-            if not self.pending:
+        await self._send()
+        await self._save()
+
+    async def save(self) -> None:
+        """Save what is gathered now, without sending it (a stop is ending the work)."""
+        await self._save()
+
+    async def _send(self) -> None:
+        deltas = []
+        for stream in self.streams.values():
+            if stream.unsent:
+                text = "".join(stream.unsent)
+                stream.unsent = []
+                deltas.append(streams.Delta(self.session_id, stream.item.id, stream.sent_end, text))
+                stream.sent_end += len(text)
+        if not deltas or self.failure is not None:
+            return  # (a worker that lost its session shows nothing more)
+        self.sent_at = time.monotonic()
+        try:
+            if streams.needs_database():
+                await db(streams.send)(deltas)
+            else:
+                streams.send(deltas)
+        except Exception:
+            # Best effort: the pages get these words from the next save.
+            logger.warning("streamed text not sent live; the next save brings it", exc_info=True)
+
+    async def _save(self) -> None:
+        async with self.save_lock:
+            chunks = []
+            for stream in self.streams.values():
+                if stream.unsaved:
+                    text = "".join(stream.unsaved)
+                    stream.unsaved = []
+                    chunks.append((stream.item, text, stream.saved_end))
+                    stream.saved_end += len(text)
+            if not chunks:
                 return
-            chunks = [(item, "".join(parts)) for item, parts in self.pending.values()]
-            self.pending = {}
             try:
                 await db(services.timeline_event_chunks)(lease=self.lease, chunks=chunks)
             finally:
                 # The interval runs from the end of the write: when writes are slow (a
-                # busy database), more deltas go into each, and a session's write rate
+                # busy database), more text goes into each, and a session's write rate
                 # falls instead of its queue growing.
-                self.written_at = time.monotonic()
+                self.saved_at = time.monotonic()
 
-    async def _flush_after(self, delay: float) -> None:
+    async def _send_later(self, delay: float) -> None:
         try:
             await asyncio.sleep(delay)
-            self.timer = None
-            await self.flush()
+            self._clear_timer("send_timer")
+            await self._send()
+        finally:
+            self._clear_timer("send_timer")
+
+    async def _save_later(self) -> None:
+        try:
+            async with self.save_lock:
+                pass  # after the save in flight, if any
+            await asyncio.sleep(
+                max(0.0, self.saved_at + settings.TARSY_STREAM_SAVE_INTERVAL - time.monotonic())
+            )
+            self._clear_timer("save_timer")
+            await self._save()
         except Exception as exc:  # LeaseLost above all: raised at the agent's next write
             self.failure = exc
         finally:
-            self.timer = None
+            self._clear_timer("save_timer")
+
+    def _clear_timer(self, name: str) -> None:
+        # Only its own: a delta arriving during this timer's action may have set another.
+        if getattr(self, name) is asyncio.current_task():
+            setattr(self, name, None)
 
     def _raise_failure(self) -> None:
         if self.failure is not None:

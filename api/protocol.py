@@ -316,6 +316,7 @@ def _execution_parent(session_id: str, execution_id: Any) -> int | None:
 
 
 @functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=4096)  # an item's execution never changes; one read per stream
 def _item_parent(session_id: str, item_id: int) -> int | None:
     row = TimelineEvent.objects.filter(id=item_id, session_id=session_id).values_list(  # type: ignore[misc]  # as above
         "execution__parent_execution_id", flat=True

@@ -24,11 +24,14 @@ from django.contrib.auth.models import AnonymousUser
 from django.http import HttpRequest
 
 from api import protocol
+from live import relay
 from live.metrics import WEBSOCKET_CONNECTIONS
 from live.relay import LIST_GROUP, ensure_relay_running, session_group
+from live.streams import Shown
 from masking.bounded import load_json
 from sessions import selectors
 from sessions.auth import proxy_identity, user_for_token, user_still_allowed
+from sessions.models import SessionEventType, TimelineEventStatus
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +55,9 @@ class ApiConsumer(AsyncWebsocketConsumer):
         self.replayed: dict[uuid.UUID, set[int]] = {}
         self.replayed_through: dict[uuid.UUID, int] = {}
         self.recent: deque[int] = deque(maxlen=RECENT_LIVE)
+        # What this client has been sent of each streaming item: streamed text comes live
+        # from the workers and again as saved rows (live/streams.py).
+        self.shown = Shown()
         await self.accept()
         self.counted = True
         WEBSOCKET_CONNECTIONS.labels(kind="api").inc()
@@ -111,8 +117,15 @@ class ApiConsumer(AsyncWebsocketConsumer):
         if channel == protocol.LIST_CHANNEL:
             await self.channel_layer.group_add(LIST_GROUP, self.channel_name)
         elif (session_id := protocol.channel_session_id(channel)) is not None:
+            following = session_id in self.sessions
             self.sessions.setdefault(session_id, set()).add(channel)
             await self.channel_layer.group_add(session_group(session_id), self.channel_name)
+            if not following:
+                # Stream chunks are live only (TARSy's rule): from what has streamed so far.
+                saved = await sync_to_async(selectors.session_streamed_text)(session_id)
+                for item_id, text in saved.items():
+                    if not self.shown.knows(item_id):
+                        self.shown.start(item_id, len(relay.streamed_after(item_id, text)))
 
     async def unsubscribe(self, channel: str) -> None:
         self.subscribed.discard(channel)
@@ -160,17 +173,66 @@ class ApiConsumer(AsyncWebsocketConsumer):
         )
         if not (to_session or to_list):
             return
+        kind, stored = event["type"], event["payload"]
+        if kind == SessionEventType.STREAM_CHUNK:
+            # Saved text: only what the live copies have not brought.
+            item_id = int(stored["event_id"])
+            new = self.shown.extend(item_id, stored.get("offset"), stored.get("delta", ""))
+            if not new:
+                return
+            event = {**event, "payload": {**stored, "delta": new}}
         payload = await sync_to_async(_translate)(event)
         if payload is None:
             return
         if to_session:
-            if protocol.is_persistent(event["type"]):
+            if protocol.is_persistent(kind):
                 await self.send(
                     text_data=protocol.live_frame({**payload, "db_event_id": event["id"]})
                 )
             else:
                 await self.send(text_data=protocol.live_frame(payload))
+            await self._follow_streams(event)
         if to_list:  # TARSy's transient copy for the session list: no db_event_id
+            await self.send(text_data=protocol.live_frame(payload))
+
+    async def _follow_streams(self, event: dict[str, Any]) -> None:
+        """A new streaming item is followed from its content on (with what streamed into
+        it before its creation reached this socket); a completed one no more."""
+        kind, stored = event["type"], event["payload"]
+        item_id = int(stored.get("event_id") or 0)
+        if kind == SessionEventType.TIMELINE_COMPLETED:
+            self.shown.forget(item_id)
+        elif (
+            kind == SessionEventType.TIMELINE_CREATED
+            and stored.get("status") == TimelineEventStatus.STREAMING
+            and not self.shown.knows(item_id)
+        ):
+            length = len(stored.get("content") or "")
+            self.shown.start(item_id, length)
+            if early := relay.streamed_from(item_id, length):
+                await self._send_delta(
+                    event["session_id"], {"item_id": item_id, "offset": length, "text": early}
+                )
+
+    async def relay_delta(self, message: dict[str, Any]) -> None:
+        """Streamed text, live from a worker."""
+        delta = message["delta"]
+        if uuid.UUID(delta["session_id"]) in self.sessions:
+            await self._send_delta(delta["session_id"], delta)
+
+    async def _send_delta(self, session_id: Any, delta: dict[str, Any]) -> None:
+        item_id = int(delta["item_id"])
+        new = self.shown.extend(item_id, int(delta["offset"]), delta["text"])
+        if not new:
+            return
+        event = {
+            "id": 0,
+            "type": SessionEventType.STREAM_CHUNK,
+            "session_id": str(session_id),
+            "payload": {"event_id": item_id, "delta": new},
+        }
+        payload = await sync_to_async(_translate)(event)
+        if payload is not None:
             await self.send(text_data=protocol.live_frame(payload))
 
     def _unsent(self, session_id: uuid.UUID, event: dict[str, Any]) -> bool:

@@ -7,6 +7,11 @@ talk to the channel layer: the database is the only thing shared between process
 It reads the log when woken (sessions/wakeup.py: PostgreSQL NOTIFY, or a datagram from a
 writer on this host under SQLite) and, in case a wake-up was lost, every
 ``TARSY_RELAY_POLL_INTERVAL`` seconds.
+
+Streamed text comes the same two ways but carries its words (sessions/streams.py): the
+relay hands each piece on at once as a ``relay.delta`` message and keeps what each item
+streamed lately (live/streams.py), from which a page that loads or reconnects is caught
+up past the last saved row.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from django.conf import settings
 from django.db import connection
 
 from live.metrics import RELAY_LAG
-from sessions import selectors, wakeup
+from live.streams import Tails
+from sessions import selectors, streams, wakeup
 from sessions.models import SessionEvent, SessionEventType
 
 logger = logging.getLogger(__name__)
@@ -42,6 +48,8 @@ BATCH = 1000
 HOLE_GRACE = 300.0
 MAX_HOLES = 1000
 STARTUP_WINDOW = 100
+_EXPIRE_EVERY = 60.0  # seconds between sweeps of the streams that went quiet
+_COMPLETED_MEMORY = 10_000  # completed items whose late live pieces are ignored
 
 
 def session_group(session_id: Any) -> str:
@@ -74,6 +82,10 @@ class EventRelay:
         self.last_poll: float | None = None  # clock() of the last read of the log
         self.wake = asyncio.Event()
         self.listening: bool | None = None  # PostgreSQL: whether LISTEN is up
+        self.tails = Tails(clock)
+        self.completed: dict[int, None] = {}  # recently completed items, oldest first
+        self.deltas: asyncio.Queue[streams.Delta] = asyncio.Queue()
+        self.expired_at = clock()
 
     def accept(self, events: list[SessionEvent]) -> list[SessionEvent]:
         """The events of ``events`` (in id order) not delivered yet.
@@ -101,6 +113,43 @@ class EventRelay:
             self.holes = dict(sorted(recent.items())[-MAX_HOLES:])
         return fresh
 
+    def take_delta(self, delta: streams.Delta) -> None:
+        """A piece of streamed text, live from a worker: kept, and handed on in order."""
+        if delta.item_id in self.completed:
+            return  # late: its completion, with the whole text, has been handed on
+        self.tails.add(delta.session_id, delta.item_id, delta.offset, delta.text)
+        self.deltas.put_nowait(delta)
+
+    def _saw(self, event: SessionEvent) -> None:
+        """What a stored event tells the tails: saved text, or an item's end."""
+        if event.type == SessionEventType.STREAM_CHUNK:
+            payload = event.payload
+            offset = payload.get("offset")
+            if type(offset) is int and event.timeline_event_id not in self.completed:
+                self.tails.add(
+                    str(event.session_id), int(payload["event_id"]), offset, payload["delta"]
+                )
+        elif event.type == SessionEventType.TIMELINE_COMPLETED:
+            item_id = int(event.payload["event_id"])
+            self.tails.complete(item_id)
+            self.completed[item_id] = None
+            if len(self.completed) > _COMPLETED_MEMORY:
+                del self.completed[next(iter(self.completed))]
+        if self.clock() - self.expired_at > _EXPIRE_EVERY:
+            self.expired_at = self.clock()
+            self.tails.expire()
+
+    async def _hand_on_deltas(self, layer: Any) -> None:
+        while True:
+            delta = await self.deltas.get()
+            try:
+                await layer.group_send(
+                    session_group(delta.session_id),
+                    {"type": "relay.delta", "delta": delta.as_message()},
+                )
+            except Exception:
+                logger.exception("event relay: a stream delta could not be handed on")
+
     async def run(self) -> None:
         from asgiref.sync import sync_to_async
 
@@ -113,7 +162,8 @@ class EventRelay:
         self.holes = {i: now for i in window if i not in present}
         layer = get_channel_layer()
         assert layer is not None  # settings.CHANNEL_LAYERS
-        async with self._wake_ups():
+        deltas = asyncio.create_task(self._hand_on_deltas(layer), name="tarsy-relay-deltas")
+        async with self._wake_ups(), _cancelled_at_exit(deltas):
             while True:
                 self.wake.clear()
                 try:
@@ -124,6 +174,7 @@ class EventRelay:
                     await asyncio.sleep(1)
                     continue
                 for event in self.accept(events):
+                    self._saw(event)
                     message = {"type": "relay.event", "event": event_message(event)}
                     await layer.group_send(session_group(event.session_id), message)
                     if event.type in LIST_EVENT_TYPES:
@@ -147,7 +198,7 @@ class EventRelay:
             return
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_datagram_endpoint(
-            lambda: _Nudged(self.wake), local_addr=("127.0.0.1", 0)
+            lambda: _Nudged(self), local_addr=("127.0.0.1", 0)
         )
         announced = wakeup.announce(transport.get_extra_info("sockname")[1])
         try:
@@ -168,10 +219,14 @@ class EventRelay:
                     **_listen_params(), autocommit=True
                 ) as listen:
                     await listen.execute(f"LISTEN {wakeup.CHANNEL}")
+                    await listen.execute(f"LISTEN {streams.CHANNEL}")
                     self.listening = True
                     self.wake.set()  # whatever was written while not listening
-                    async for _ in listen.notifies():
-                        self.wake.set()
+                    async for notify in listen.notifies():
+                        if notify.channel != streams.CHANNEL:
+                            self.wake.set()
+                        elif (delta := streams.decode(notify.payload)) is not None:
+                            self.take_delta(delta)
             except Exception as exc:
                 if self.listening is not False:
                     logger.warning("event relay: LISTEN failed (%s); polling until it is back", exc)
@@ -179,12 +234,30 @@ class EventRelay:
             await asyncio.sleep(1)
 
 
+@contextlib.asynccontextmanager
+async def _cancelled_at_exit(task: asyncio.Task):
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 class _Nudged(asyncio.DatagramProtocol):
-    def __init__(self, wake: asyncio.Event) -> None:
-        self.wake = wake
+    """Datagrams from this host's writers: a wake-up, or a signed piece of streamed text
+    (anything else, or a bad signature, only wakes the relay: it reads the log)."""
+
+    def __init__(self, relay: EventRelay) -> None:
+        self.relay = relay
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
-        self.wake.set()
+        if data.startswith(streams.DATAGRAM):
+            delta = streams.decode_datagram(data)
+            if delta is not None:
+                self.relay.take_delta(delta)
+                return
+        self.relay.wake.set()
 
 
 def _listen_params() -> dict[str, Any]:
@@ -234,3 +307,15 @@ def ensure_relay_running() -> None:
         grace = 0.0 if connection.vendor == "sqlite" else HOLE_GRACE
         _relay = EventRelay(settings.TARSY_RELAY_POLL_INTERVAL, hole_grace=grace)
         _relay_task = loop.create_task(_relay.run(), name="tarsy-event-relay")
+
+
+def streamed_after(item_id: int, saved: str) -> str:
+    """An item's streamed text: ``saved`` (from its saved rows) and what this process's
+    relay has seen stream after it."""
+    return saved if _relay is None else _relay.tails.after(item_id, saved)
+
+
+def streamed_from(item_id: int, offset: int) -> str | None:
+    """What this process's relay has seen an item stream from ``offset`` on; None when
+    it has not seen that far back."""
+    return None if _relay is None else _relay.tails.text_from(item_id, offset)

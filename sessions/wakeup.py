@@ -61,6 +61,12 @@ def _forget_targets() -> None:
 
 def nudge() -> None:
     """After a commit that wrote events: wake the relays of this host."""
+    send(b"!")
+
+
+def send(data: bytes) -> None:
+    """One datagram to each relay of this host: a wake-up, or streamed text
+    (sessions/streams.py). Never blocks; a datagram that does not fit is dropped."""
     global _sender
     targets = _relays()
     if not targets:
@@ -69,9 +75,10 @@ def nudge() -> None:
         _sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         _sender.setblocking(False)
     for port in targets:
-        # A full buffer means that relay has reading to do anyway.
+        # A full buffer means that relay has reading to do anyway (and what streamed
+        # text it misses, the next saved row brings).
         with contextlib.suppress(OSError):
-            _sender.sendto(b"!", ("127.0.0.1", port))
+            _sender.sendto(data, ("127.0.0.1", port))
 
 
 def _relays() -> list[int]:

@@ -67,6 +67,16 @@ def password_hash(password: str) -> str:
 
 
 @pytest.fixture
+def live_pieces(monkeypatch) -> list:
+    """The streamed text workers hand the relays (``sessions.streams.Delta``s), in order."""
+    from sessions import streams
+
+    pieces: list = []
+    monkeypatch.setattr(streams, "send", pieces.extend)
+    return pieces
+
+
+@pytest.fixture
 def user(db):
     return get_user_model().objects.create(username="alice", password=password_hash("s3cret-pass"))
 

@@ -21,6 +21,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.http import QueryDict
 
+from live import relay
 from live.metrics import WEBSOCKET_CONNECTIONS
 from live.relay import (
     LIST_EVENT_TYPES,
@@ -29,10 +30,18 @@ from live.relay import (
     event_message,
     session_group,
 )
+from live.streams import Shown
 from masking.bounded import load_json
 from sessions import selectors
 from sessions.auth import user_still_allowed
-from sessions.models import AgentExecution, AlertSession, ExecutionStatus, SessionEventType, Stage
+from sessions.models import (
+    AgentExecution,
+    AlertSession,
+    ExecutionStatus,
+    SessionEventType,
+    Stage,
+    TimelineEventStatus,
+)
 from web import fragments as live
 from web import listing
 from web.listing import ListState
@@ -112,7 +121,11 @@ class _LiveConsumer(AsyncWebsocketConsumer):
         for event in self.buffer:
             await self.deliver(event)
         self.buffer = []
+        await self.caught_up()
         self.subscribed = True
+
+    async def caught_up(self) -> None:
+        """After the replay: bring what the log cannot replay up to date."""
 
     async def relay_event(self, message: dict[str, Any]) -> None:
         if not self.subscribed:
@@ -120,7 +133,20 @@ class _LiveConsumer(AsyncWebsocketConsumer):
             return
         await self.deliver(message["event"])
 
+    async def relay_delta(self, message: dict[str, Any]) -> None:
+        """Streamed text, live from a worker (no event id: it is not in the log yet)."""
+        if not self.subscribed:
+            self.buffer.append({"delta": message["delta"]})
+            return
+        await self.deliver_delta(message["delta"])
+
+    async def deliver_delta(self, delta: dict[str, Any]) -> None:
+        pass  # only the session page streams
+
     async def deliver(self, event: dict[str, Any]) -> None:
+        if "delta" in event and "id" not in event:
+            await self.deliver_delta(event["delta"])
+            return
         # Not by "id <= last sent": on PostgreSQL another session's event can commit
         # (and be relayed) after a later id was sent.
         if event["id"] <= self.floor or event["id"] in self.sent:
@@ -146,7 +172,29 @@ class SessionConsumer(_LiveConsumer):
     async def setup(self) -> bool:
         self.session_id = self.scope["url_route"]["kwargs"]["session_id"]
         self.group = session_group(self.session_id)
+        # What the page shows of each streaming item. Streamed text comes live from the
+        # workers and again as saved rows (live/streams.py); until the replay is done it
+        # follows no item, then every streaming item is sent whole (``caught_up``).
+        self.shown = Shown()
         return await sync_to_async(AlertSession.objects.filter(id=self.session_id).exists)()
+
+    async def caught_up(self) -> None:
+        """Every streaming item whole, as saved and as this process's relay saw it stream
+        since: the page may have been rendered, or have last heard, before either."""
+        saved = await sync_to_async(selectors.session_streamed_text)(self.session_id)
+        html = []
+        for item_id, text in saved.items():
+            text = relay.streamed_after(item_id, text)
+            self.shown.start(item_id, len(text))
+            html.append(live.stream_fragment(item_id, text, whole=True))
+        if html:
+            await self.send(text_data="".join(html))
+
+    async def deliver_delta(self, delta: dict[str, Any]) -> None:
+        item_id = int(delta["item_id"])
+        new = self.shown.extend(item_id, int(delta["offset"]), delta["text"])
+        if new:
+            await self.send(text_data=live.stream_fragment(item_id, new))
 
     async def replay(self, cursor: int) -> list[dict[str, Any]] | None:
         limit = settings.TARSY_CATCHUP_LIMIT
@@ -166,7 +214,24 @@ class SessionConsumer(_LiveConsumer):
         return await sync_to_async(load)()
 
     async def render(self, event: dict[str, Any]) -> str:
-        return await sync_to_async(self._render)(event)
+        kind, payload = event["type"], event["payload"]
+        if kind == SessionEventType.STREAM_CHUNK:
+            item_id = int(payload["event_id"])
+            new = self.shown.extend(item_id, payload.get("offset"), payload.get("delta", ""))
+            return live.stream_fragment(item_id, new) if new else ""
+        html = await sync_to_async(self._render)(event)
+        if kind == SessionEventType.TIMELINE_CREATED:
+            item_id, content = int(payload["event_id"]), payload.get("content") or ""
+            if payload.get("status") == TimelineEventStatus.STREAMING:
+                # The item is on the page now; what streamed into it before its creation
+                # reached this socket, the relay kept.
+                self.shown.start(item_id, len(content))
+                early = relay.streamed_from(item_id, len(content))
+                if early and (new := self.shown.extend(item_id, len(content), early)):
+                    html += live.stream_fragment(item_id, new)
+        elif kind == SessionEventType.TIMELINE_COMPLETED:
+            self.shown.forget(int(payload["event_id"]))
+        return html
 
     def _render(self, event: dict[str, Any]) -> str:
         kind, payload = event["type"], event["payload"]

@@ -76,6 +76,12 @@ def execution_fragment(execution: AgentExecution, *, created: bool) -> str:
     )
 
 
+def stream_fragment(item_id: int, text: str, *, whole: bool = False) -> str:
+    """Streamed text for an item's open span: appended, or (``whole``) all of it."""
+    swap = "innerHTML" if whole else "beforeend"
+    return f'<span id="stream-{item_id}" hx-swap-oob="{swap}">{escape(text)}</span>'
+
+
 def cursor_fragment(event_id: int) -> str:
     return f'<div id="live-cursor" hidden data-last-event-id="{event_id}"></div>'
 
@@ -89,10 +95,7 @@ def session_fragments(
     if kind in TIMELINE_TYPES:
         return render_item(TimelineItem.from_payload(payload), live=True)
     if kind == STREAM_CHUNK:
-        return (
-            f'<span id="stream-{int(payload["event_id"])}" hx-swap-oob="beforeend">'
-            f"{escape(payload.get('delta', ''))}</span>"
-        )
+        return stream_fragment(int(payload["event_id"]), payload.get("delta", ""))
     if kind == SESSION_STATUS and session is not None:
         # The chat box opens when the session ends.
         return render_to_string(

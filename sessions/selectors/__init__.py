@@ -24,6 +24,7 @@ from sessions.models import (
     SessionStatus,
     Stage,
     TimelineEvent,
+    TimelineEventStatus,
     TimelineEventType,
     WorkerCluster,
 )
@@ -377,6 +378,17 @@ def streamed_text(timeline_event_ids: list[int], *, up_to_event_id: int) -> dict
         assert timeline_event_id is not None  # filtered on it
         chunks[timeline_event_id].append(payload.get("delta", ""))
     return {key: "".join(parts) for key, parts in chunks.items()}
+
+
+def session_streamed_text(session_id: Any) -> dict[int, str]:
+    """Each still-streaming item of a session, with the text saved of it so far."""
+    ids = list(
+        TimelineEvent.objects.filter(
+            session_id=session_id, status=TimelineEventStatus.STREAMING
+        ).values_list("id", flat=True)
+    )
+    saved = streamed_text(ids, up_to_event_id=2**62)
+    return {item_id: saved.get(item_id, "") for item_id in ids}
 
 
 def mcp_servers_health(server_ids: list[str]) -> list[dict[str, Any]]:

@@ -337,27 +337,33 @@ def item_create(
     return event
 
 
-def timeline_event_chunk(*, lease: Lease, event: TimelineEvent, delta: str) -> SessionEvent:
-    """A piece of streamed text. Transient: the completed event carries the whole text."""
-    return timeline_event_chunks(lease=lease, chunks=[(event, delta)])[0]
+def timeline_event_chunk(
+    *, lease: Lease, event: TimelineEvent, delta: str, offset: int | None = None
+) -> SessionEvent:
+    """A piece of streamed text, saved at ``offset`` (by default after what is saved)."""
+    if offset is None:
+        offset = len(streamed_text([event.id], up_to_event_id=latest_event_id()).get(event.id, ""))
+    return timeline_event_chunks(lease=lease, chunks=[(event, delta, offset)])[0]
 
 
 def timeline_event_chunks(
-    *, lease: Lease, chunks: list[tuple[TimelineEvent, str]]
+    *, lease: Lease, chunks: list[tuple[TimelineEvent, str, int]]
 ) -> list[SessionEvent]:
-    """Pieces of streamed text of one or more items, in one transaction (the recorder
-    gathers a stream's deltas for a few milliseconds: agents/recorder.py)."""
+    """Streamed text of one or more items, each piece with the character it starts at in
+    its item's text, in one transaction. Transient: the completed item carries its whole
+    text. The recorder saves a stream every ``TARSY_STREAM_SAVE_INTERVAL``; the pages got
+    its words sooner, past the database (sessions/streams.py)."""
     with transaction.atomic():
         hold(lease)
         return [
             event_publish(
                 session_id=event.session_id,
                 type=SessionEventType.STREAM_CHUNK,
-                payload={"event_id": event.id, "delta": delta},
+                payload={"event_id": event.id, "delta": delta, "offset": offset},
                 transient=True,
                 timeline_event_id=event.id,
             )
-            for event, delta in chunks
+            for event, delta, offset in chunks
         ]
 
 

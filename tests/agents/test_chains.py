@@ -444,7 +444,7 @@ def test_cancel_while_pending_never_runs(request, chain):
     assert_golden(request, "cancel_pending", session)
 
 
-def test_cancel_while_streaming_keeps_what_was_said(request, chain, settings):
+def test_cancel_while_streaming_keeps_what_was_said(request, chain, settings, live_pieces):
     settings.TARSY_LEASE_CHECK_INTERVAL = 0.1
     words = " ".join(f"w{n}" for n in range(300))
     chain(
@@ -472,6 +472,11 @@ def test_cancel_while_streaming_keeps_what_was_said(request, chain, settings):
     assert item.status == "cancelled"
     assert words.startswith(item.content)
     assert len(item.content) > 10  # what streamed was kept
+    # The text the pages were shown live was saved before the item closed (all but what
+    # may have streamed in the moment between that save and the cancel itself).
+    shown = "".join(piece.text for piece in live_pieces if piece.item_id == item.id)
+    assert shown.startswith(item.content)
+    assert len(item.content) >= len(shown) - 40
 
 
 def test_cancel_during_a_tool_call_closes_it(request, chain, settings):

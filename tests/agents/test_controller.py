@@ -275,10 +275,11 @@ def test_a_session_timeout_mid_stream_keeps_the_partial_output(scripted_provider
 
 
 def test_an_interrupted_stream_keeps_the_text_it_had_not_written_yet(scripted_provider, settings):
-    # Deltas are gathered for TARSY_STREAM_FLUSH_INTERVAL before they are written: with a
+    # Deltas are gathered for TARSY_STREAM_SAVE_INTERVAL before they are saved: with a
     # long one, all but the first word are still in the worker when the timeout hits.
     settings.TARSY_SESSION_TIMEOUT = 2
     settings.TARSY_STREAM_FLUSH_INTERVAL = 60
+    settings.TARSY_STREAM_SAVE_INTERVAL = 60
     words = [f"w{n}" for n in range(300)]
     scripted_provider([{"thinking": " ".join(words), "chunk_delay": 0.05}])
     session = submit()

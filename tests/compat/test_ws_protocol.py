@@ -19,9 +19,10 @@ from django.test import Client
 from django.utils import timezone
 
 from api import protocol
+from live import relay
 from live.metrics import WEBSOCKET_CONNECTIONS
 from live.relay import event_message, session_group
-from sessions import services
+from sessions import services, streams
 from sessions.auth import api_token_create
 from sessions.models import (
     ApiToken,
@@ -428,6 +429,47 @@ async def test_live_events_follow_with_db_event_id_on_persistent_ones_only(token
         "agent_index": 1,
         "status": "active",
     }
+
+
+async def test_streamed_text_is_sent_once_whether_it_comes_live_or_saved(token):
+    session, lease = await sync_to_async(running_session)()
+    streaming = await sync_to_async(services.timeline_event_add)(
+        lease=lease, event_type=TimelineEventType.LLM_THINKING, status=TimelineEventStatus.STREAMING
+    )
+    await sync_to_async(services.timeline_event_chunk)(lease=lease, event=streaming, delta="Old ")
+    channel = f"session:{session.id}"
+    communicator = await connected_client(token)
+    await communicator.send_json_to({"action": "subscribe", "channel": channel})
+    await receive_all(communicator)  # confirmed, and the replay
+
+    async def live(item_id: int, offset: int, text: str) -> None:
+        delta = {"session_id": str(session.id), "item_id": item_id, "offset": offset}
+        await get_channel_layer().group_send(
+            session_group(session.id), {"type": "relay.delta", "delta": {**delta, "text": text}}
+        )
+
+    # Chunks are live only (TARSy): from what had streamed when the client subscribed.
+    await live(streaming.id, 0, "Old news")
+    await sync_to_async(services.timeline_event_chunk)(lease=lease, event=streaming, delta="news!")
+    await live(streaming.id, 4, "news!")  # the saved row brought it first
+    # A piece that reaches this process before its item's creation is sent after it.
+    early = streaming.id + 1  # the next item's id
+    relay._relay.take_delta(streams.Delta(str(session.id), early, 0, "Early "))
+    item = await sync_to_async(services.timeline_event_add)(
+        lease=lease, event_type=TimelineEventType.LLM_RESPONSE, status=TimelineEventStatus.STREAMING
+    )
+    assert item.id == early
+    await live(item.id + 1, 0, "an item this client does not follow")
+    messages = await receive_all(communicator)
+    await communicator.disconnect()
+    chunks = [(m["event_id"], m["delta"]) for m in messages if m["type"] == "stream.chunk"]
+    assert chunks == [(str(streaming.id), "news"), (str(streaming.id), "!"), (str(early), "Early ")]
+    assert [m["type"] for m in messages] == [
+        "stream.chunk",
+        "stream.chunk",
+        "timeline_event.created",
+        "stream.chunk",
+    ]
 
 
 async def test_the_sessions_channel_gets_status_copies_without_db_event_id(token):

@@ -9,8 +9,9 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
+from live import relay
 from live.relay import event_message, session_group
-from sessions import services
+from sessions import services, streams
 from sessions.models import AlertSession, SessionEvent, TimelineEventStatus, TimelineEventType
 from sessions.services import Lease
 from tarsy_site.routing import websocket_urlpatterns
@@ -58,7 +59,7 @@ def ids(messages: list[str]) -> list[int]:
     return [int(CURSOR.search(m).group(1)) for m in messages]
 
 
-async def test_it_replays_everything_after_the_cursor_in_order(user):
+async def test_it_replays_what_happened_after_the_cursor_in_order(user):
     session = await sync_to_async(make_session)()
     thinking = await sync_to_async(services.timeline_event_add)(
         lease=lease(session),
@@ -69,14 +70,16 @@ async def test_it_replays_everything_after_the_cursor_in_order(user):
     await sync_to_async(services.timeline_event_chunk)(
         lease=lease(session), event=thinking, delta="Looking "
     )
-    await sync_to_async(services.timeline_event_chunk)(
-        lease=lease(session), event=thinking, delta="<at> pods"
-    )
     await sync_to_async(services.timeline_event_complete)(
         lease=lease(session), event=thinking, content="Looking <at> pods"
     )
-    expected = await sync_to_async(
-        lambda: list(SessionEvent.objects.filter(id__gt=cursor).values_list("id", flat=True))
+    answer = await sync_to_async(services.timeline_event_add)(
+        lease=lease(session), event_type=TimelineEventType.FINAL_ANALYSIS, content="Fine"
+    )
+    completed, created = await sync_to_async(
+        lambda: list(
+            SessionEvent.objects.filter(id__gt=cursor, transient=False).values_list("id", flat=True)
+        )
     )()
 
     communicator = await connect(user, f"/ws/sessions/{session.id}/")
@@ -84,12 +87,77 @@ async def test_it_replays_everything_after_the_cursor_in_order(user):
     messages = await receive_until_quiet(communicator)
     await communicator.disconnect()
 
-    assert ids(messages) == expected
-    assert 'id="stream-' in messages[0]
-    assert "Looking " in messages[0]
-    assert "&lt;at&gt; pods" in messages[1]  # chunks are escaped
-    assert 'id="item-' in messages[2]
-    assert 'data-status="completed"' in messages[2]
+    # The chunk of an item that has completed since is not replayed: its completion
+    # carries the whole text.
+    assert ids(messages) == [completed, created]
+    assert f'id="item-{thinking.id}"' in messages[0]
+    assert 'data-status="completed"' in messages[0]
+    assert "Looking &lt;at&gt; pods" in messages[0]  # escaped
+    assert f'id="item-{answer.id}"' in messages[1]
+
+
+async def test_a_streaming_item_is_sent_whole_after_the_replay_then_only_what_extends_it(user):
+    session = await sync_to_async(make_session)()
+    thinking = await sync_to_async(services.timeline_event_add)(
+        lease=lease(session),
+        event_type=TimelineEventType.LLM_THINKING,
+        status=TimelineEventStatus.STREAMING,
+    )
+    cursor = await sync_to_async(lambda: SessionEvent.objects.latest("id").id)()
+    for delta in ("Looking ", "<at> "):
+        await sync_to_async(services.timeline_event_chunk)(
+            lease=lease(session), event=thinking, delta=delta
+        )
+
+    communicator = await connect(user, f"/ws/sessions/{session.id}/")
+    await communicator.send_json_to({"action": "subscribe", "last_event_id": cursor})
+    [whole] = await receive_exactly(communicator, 1)
+    assert whole == (
+        f'<span id="stream-{thinking.id}" hx-swap-oob="innerHTML">Looking &lt;at&gt; </span>'
+    )
+
+    # Live pieces straight from a worker, and saved rows: each word is sent once,
+    # whichever copy comes first; a piece after a gap waits for the row that fills it.
+    async def live(offset: int, text: str) -> None:
+        delta = {"session_id": str(session.id), "item_id": thinking.id, "offset": offset}
+        await get_channel_layer().group_send(
+            session_group(session.id), {"type": "relay.delta", "delta": {**delta, "text": text}}
+        )
+
+    await live(13, "pods")
+    await live(10, "t> pods")  # overlaps
+    await live(22, "!")  # after a gap
+    await sync_to_async(services.timeline_event_chunk)(
+        lease=lease(session), event=thinking, delta="pods and nodes"
+    )
+    messages = await receive_until_quiet(communicator)
+    await communicator.disconnect()
+    appended = [re.search(r'beforeend">(.*)</span>', m).group(1) for m in messages]
+    assert appended == ["pods", " and nodes"]
+
+
+async def test_text_that_streamed_before_its_item_reached_the_page_follows_the_item(user):
+    session = await sync_to_async(make_session)()
+    first = await sync_to_async(services.timeline_event_add)(
+        lease=lease(session), event_type=TimelineEventType.LLM_THINKING, content="Thought"
+    )
+    communicator = await connect(user, f"/ws/sessions/{session.id}/")
+    await communicator.send_json_to({"action": "subscribe", "last_event_id": 0})
+    await receive_until_quiet(communicator)
+    # Live text for the next item reaches this process before the item's creation does.
+    early = first.id + 1
+    relay._relay.take_delta(streams.Delta(str(session.id), early, 0, "Checking <pods>"))
+    item = await sync_to_async(services.timeline_event_add)(
+        lease=lease(session),
+        event_type=TimelineEventType.LLM_RESPONSE,
+        status=TimelineEventStatus.STREAMING,
+    )
+    assert item.id == early
+    [created] = await receive_exactly(communicator, 1)
+    await communicator.disconnect()
+    assert created.index(f'id="item-{item.id}"') < created.index(
+        f'<span id="stream-{item.id}" hx-swap-oob="beforeend">Checking &lt;pods&gt;</span>'
+    )
 
 
 async def test_it_sends_live_events_after_the_replay_without_duplicates(user):

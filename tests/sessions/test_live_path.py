@@ -4,6 +4,9 @@ polling, each session's events in its own order, and the event log's expiry."""
 from __future__ import annotations
 
 import asyncio
+import hmac
+import json
+import socket
 import threading
 import time
 from datetime import timedelta
@@ -16,7 +19,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.recorder import Recorder
-from sessions import selectors, services, wakeup
+from sessions import selectors, services, streams, wakeup
 from sessions.models import (
     AlertSession,
     ChatMessageStatus,
@@ -34,14 +37,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 db = sync_to_async
 
 
-def chunk_rows(item) -> list[str]:
-    return list(
-        SessionEvent.objects.filter(timeline_event_id=item.id, type="stream.chunk")
-        .order_by("id")
-        .values_list("payload__delta", flat=True)
-    )
-
-
 async def a_recorder():
     session, lease = await db(running_session)()
     stage = await db(services.stage_start)(lease=lease, name="Investigation", index=1)
@@ -57,39 +52,89 @@ async def a_recorder():
     return Recorder(session, execution, lease)
 
 
-# --- streamed text, gathered -------------------------------------------------------------
+# --- streamed text: sent live, saved apart ---------------------------------------------
 
 
-async def test_a_burst_of_deltas_is_written_in_two_rows_with_all_its_text(settings):
+def sent(pieces) -> list[tuple[int, int, str]]:
+    """What the recorder handed the relays (``live_pieces``), as (item, offset, text)."""
+    return [(d.item_id, d.offset, d.text) for d in pieces]
+
+
+def saved_rows(item) -> list[tuple[int, str]]:
+    return [(p["offset"], p["delta"]) for p in chunk_payloads(item)]
+
+
+def chunk_payloads(item) -> list[dict]:
+    return list(
+        SessionEvent.objects.filter(timeline_event_id=item.id, type="stream.chunk")
+        .order_by("id")
+        .values_list("payload", flat=True)
+    )
+
+
+def contiguous(pieces: list[tuple[int, str]]) -> str:
+    text = ""
+    for offset, piece in pieces:
+        assert offset == len(text), pieces
+        text += piece
+    return text
+
+
+async def test_a_burst_of_deltas_goes_live_in_two_pieces_and_is_saved_apart(live_pieces, settings):
     settings.TARSY_STREAM_FLUSH_INTERVAL = 0.3
+    settings.TARSY_STREAM_SAVE_INTERVAL = 0.6
     recorder = await a_recorder()
     item = await recorder.start_item(TimelineEventType.LLM_RESPONSE)
     words = [f"w{n} " for n in range(40)]
     for word in words:
         await recorder.chunk(item, word)
-    assert await db(chunk_rows)(item) == ["w0 "]  # the first at once
+    assert sent(live_pieces) == [(item.id, 0, "w0 ")]  # the first at once
     await asyncio.sleep(0.5)
-    rows = await db(chunk_rows)(item)
-    assert rows == ["w0 ", "".join(words[1:])]  # the rest when the interval ended
+    assert sent(live_pieces) == [
+        (item.id, 0, "w0 "),
+        (item.id, 3, "".join(words[1:])),
+    ]  # the rest together
+    # Saved beside the stream, with the same offsets: every word, in at most two rows.
+    rows = await db(saved_rows)(item)
+    assert contiguous(rows) == "".join(words)
+    assert 1 <= len(rows) <= 2
     streamed = await db(selectors.streamed_text)([item.id], up_to_event_id=10**9)
     assert streamed[item.id] == "".join(words)
 
 
-async def test_completing_an_item_writes_no_chunk_its_completion_carries(settings):
+async def test_every_delta_can_go_live_alone_without_a_write_for_each(live_pieces, settings):
+    settings.TARSY_STREAM_FLUSH_INTERVAL = 0
+    settings.TARSY_STREAM_SAVE_INTERVAL = 0.5
+    recorder = await a_recorder()
+    item = await recorder.start_item(TimelineEventType.LLM_RESPONSE)
+    words = [f"w{n} " for n in range(40)]
+    for word in words:
+        await recorder.chunk(item, word)
+        await asyncio.sleep(0.005)  # a model's pace: the save runs beside the stream
+    await recorder.flush()
+    assert [text for _, _, text in sent(live_pieces)] == words
+    assert contiguous([(offset, text) for _, offset, text in sent(live_pieces)]) == "".join(words)
+    rows = await db(saved_rows)(item)
+    assert contiguous(rows) == "".join(words)
+    assert len(rows) <= 3  # once at the start, once per 0.5 s, once at the flush
+
+
+async def test_completing_an_item_saves_no_chunk_its_completion_carries(live_pieces, settings):
     settings.TARSY_STREAM_FLUSH_INTERVAL = 0.3
+    settings.TARSY_STREAM_SAVE_INTERVAL = 0.3
     recorder = await a_recorder()
     thinking = await recorder.start_item(TimelineEventType.LLM_THINKING)
     await recorder.chunk(thinking, "Check ")
     await recorder.chunk(thinking, "the pods.")
-    # Another item starting first writes what the earlier one had gathered.
+    # Another item starting first saves what the earlier one had gathered.
     answer = await recorder.start_item(TimelineEventType.LLM_RESPONSE)
-    assert await db(chunk_rows)(thinking) == ["Check ", "the pods."]
-    # Within the interval of that write: gathered, then not needed.
+    assert contiguous(await db(saved_rows)(thinking)) == "Check the pods."
+    # Within the interval of that save: gathered, then not needed.
     await recorder.chunk(answer, "All ")
     await recorder.chunk(answer, "good.")
     await recorder.complete_item(answer, "All good.")
     await asyncio.sleep(0.5)
-    assert await db(chunk_rows)(answer) == []
+    assert await db(saved_rows)(answer) == []
     kinds = await db(
         lambda: list(
             SessionEvent.objects.filter(timeline_event_id=answer.id)
@@ -100,17 +145,23 @@ async def test_completing_an_item_writes_no_chunk_its_completion_carries(setting
     assert kinds == ["timeline_event.created", "timeline_event.completed"]
 
 
-async def test_a_lost_lease_found_by_a_timed_write_stops_the_next_one(settings):
-    settings.TARSY_STREAM_FLUSH_INTERVAL = 0.2
+async def test_a_lost_lease_found_by_a_save_stops_the_stream(live_pieces, settings):
+    settings.TARSY_STREAM_FLUSH_INTERVAL = 0
+    settings.TARSY_STREAM_SAVE_INTERVAL = 0.2
     recorder = await a_recorder()
     item = await recorder.start_item(TimelineEventType.LLM_RESPONSE)
     await recorder.chunk(item, "a")
-    await recorder.chunk(item, "b")  # gathered
+    await asyncio.sleep(0.1)  # saved at once: the first after a quiet spell
+    await recorder.chunk(item, "b")  # saved when the interval ends
     await db(AlertSession.objects.filter(id=recorder.session.id).update)(lease_token=None)
-    await asyncio.sleep(0.4)  # the timed write finds the session gone
+    await asyncio.sleep(0.4)  # the save finds the session gone
     with pytest.raises(services.LeaseLost):
         await recorder.chunk(item, "c")
-    assert await db(chunk_rows)(item) == ["a"]
+    assert await db(saved_rows)(item) == [(0, "a")]
+    assert [text for _, _, text in sent(live_pieces)] == [
+        "a",
+        "b",
+    ]  # nothing after the lease was lost
 
 
 # --- relays wake up ----------------------------------------------------------------------
@@ -169,6 +220,74 @@ async def test_a_relay_started_in_a_writing_process_is_woken_at_once(user, setti
         await communicator.disconnect()
     finally:
         wakeup.withdraw(gone)
+
+
+# --- streamed text past the database ---------------------------------------------------
+
+
+async def drain(communicator) -> str:
+    messages = []
+    while not await communicator.receive_nothing(timeout=0.3):
+        messages.append(await communicator.receive_from())
+    return "".join(messages)
+
+
+async def test_streamed_text_reaches_pages_between_saves_and_a_reload_shows_it(user, settings):
+    settings.TARSY_RELAY_POLL_INTERVAL = 30
+    settings.TARSY_STREAM_FLUSH_INTERVAL = 0
+    settings.TARSY_STREAM_SAVE_INTERVAL = 60
+    recorder = await a_recorder()
+    item = await recorder.start_item(TimelineEventType.LLM_RESPONSE)
+    page = await connect(user, recorder.session.id)
+    await drain(page)
+    await recorder.chunk(item, "Pods <crash>")  # saved at once: the first after a pause
+    assert "Pods &lt;crash&gt;" in await drain(page)
+    await asyncio.sleep(0.3)
+    await recorder.chunk(item, " looping")  # not saved for a minute
+    started = time.monotonic()
+    message = await page.receive_from(timeout=5)
+    assert time.monotonic() - started < 2  # live, not the relay's 30 s poll
+    assert message == f'<span id="stream-{item.id}" hx-swap-oob="beforeend"> looping</span>'
+    assert await db(lambda: [p["delta"] for p in chunk_payloads(item)])() == ["Pods <crash>"]
+
+    # A page loading now shows what the first one shows: the saved row and, from this
+    # process's relay, what streamed since.
+    reloaded = await connect(user, recorder.session.id)
+    assert (
+        f'<span id="stream-{item.id}" hx-swap-oob="innerHTML">Pods &lt;crash&gt; looping</span>'
+        in await drain(reloaded)
+    )
+    await recorder.chunk(item, "!")
+    for communicator in (page, reloaded):
+        assert await drain(communicator) == (
+            f'<span id="stream-{item.id}" hx-swap-oob="beforeend">!</span>'
+        )
+        await communicator.disconnect()
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="datagrams are SQLite's transport")
+async def test_a_datagram_not_signed_with_the_site_secret_puts_nothing_on_a_page(user, settings):
+    settings.TARSY_RELAY_POLL_INTERVAL = 30
+    recorder = await a_recorder()
+    item = await recorder.start_item(TimelineEventType.LLM_RESPONSE)
+    page = await connect(user, recorder.session.id)
+    await drain(page)
+    body = json.dumps([str(recorder.session.id), item.id, 0, "rm -rf / is the fix"]).encode()
+    forged = [
+        streams.DATAGRAM + bytes(32) + body,  # a wrong signature
+        streams.DATAGRAM + body,  # none
+        streams.DATAGRAM + hmac.new(b"guess", body, "sha256").digest() + body,
+    ]
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for path in wakeup.relays_dir().iterdir():
+        for datagram in forged:
+            sender.sendto(datagram, ("127.0.0.1", int(path.name.partition("-")[2])))
+    sender.close()
+    assert await drain(page) == ""
+    # A signed one is shown: the forged ones were refused for their signature.
+    await db(streams.send)([streams.Delta(str(recorder.session.id), item.id, 0, "real")])
+    assert "real" in await drain(page)
+    await page.disconnect()
 
 
 # --- each session's events in its own order (PostgreSQL) --------------------------------
