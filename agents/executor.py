@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -104,6 +105,65 @@ async def run_leased(
         forget_streams(lease)
 
 
+class _LeaseChecks:
+    """One read per round for every lease the keepers of an event loop hold.
+
+    A worker runs many sessions on one loop (worker/engine.py), each beside a keeper that
+    looks at its lease every ``TARSY_LEASE_CHECK_INTERVAL``. Read one by one, those looks
+    were a third of a busy worker's database time. Keepers wake at the same instants (the
+    interval's multiples on the monotonic clock), ask here, and one query answers them all.
+    """
+
+    def __init__(self) -> None:
+        self.asked: dict[services.Lease, list[asyncio.Future[services.LeaseState | None]]] = {}
+        self.reader: asyncio.Task[None] | None = None
+
+    async def status(self, lease: services.Lease) -> services.LeaseState | None:
+        answer: asyncio.Future[services.LeaseState | None] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.asked.setdefault(lease, []).append(answer)
+        if self.reader is None or self.reader.done():
+            self.reader = asyncio.create_task(self._read(), name="lease-checks")
+        return await answer
+
+    async def _read(self) -> None:
+        while self.asked:
+            await asyncio.sleep(_GATHER)  # the keepers waking at this instant ask too
+            asked, self.asked = self.asked, {}
+            try:
+                states = await db(services.leases_status)(leases=list(asked))
+            except Exception as exc:
+                for answers in asked.values():
+                    for answer in answers:
+                        if not answer.done():
+                            answer.set_exception(exc)
+                continue
+            for lease, answers in asked.items():
+                for answer in answers:
+                    if not answer.done():
+                        answer.set_result(states.get(lease))
+
+
+_GATHER = 0.005  # seconds a round of lease checks waits for the keepers that woke with it
+_lease_checks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LeaseChecks] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _checks() -> _LeaseChecks:
+    loop = asyncio.get_running_loop()
+    checks = _lease_checks.get(loop)
+    if checks is None:
+        checks = _lease_checks[loop] = _LeaseChecks()
+    return checks
+
+
+async def _until_next_check() -> None:
+    interval = settings.TARSY_LEASE_CHECK_INTERVAL
+    await asyncio.sleep(interval - time.monotonic() % interval)
+
+
 async def _keep_lease(
     lease: services.Lease,
     run: asyncio.Task[str],
@@ -115,7 +175,7 @@ async def _keep_lease(
 ) -> None:
     last_beat = time.monotonic()
     while True:
-        await asyncio.sleep(settings.TARSY_LEASE_CHECK_INTERVAL)
+        await _until_next_check()
         if should_stop is not None and (interruption := should_stop()):
             if not interruption.requeue:
                 await _stop_now(
@@ -129,7 +189,7 @@ async def _keep_lease(
             if time.monotonic() - last_beat >= settings.TARSY_HEARTBEAT_INTERVAL:
                 await db(services.session_heartbeat)(lease=lease)
                 last_beat = time.monotonic()
-            state = await db(services.session_lease_status)(lease=lease)
+            state = await _checks().status(lease)
             if state is None:
                 raise services.LeaseLost(lease)
         except services.LeaseLost:

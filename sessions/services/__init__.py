@@ -36,6 +36,7 @@ from sessions.services.leases import (
     LeaseLost,
     LeaseState,
     ScoreLease,
+    leases_status,
     session_heartbeat,
     session_lease_status,
 )
@@ -143,6 +144,7 @@ __all__ = [
     "execution_finish",
     "execution_start",
     "execution_switch_provider",
+    "leases_status",
     "llm_interaction_create",
     "mcp_interaction_create",
     "mcp_server_health_record",

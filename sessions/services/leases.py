@@ -128,6 +128,43 @@ def session_lease_status(*, lease: Lease) -> LeaseState | None:
     return LeaseState(*row, cancelled_executions=_cancelled_executions(session_id=lease.session_id))
 
 
+def leases_status(*, leases: list[Lease]) -> dict[Lease, LeaseState | None]:
+    """``session_lease_status`` of many leases at once: two queries for the sessions' own
+    leases, however many (a worker's lease keepers check together), and one lease at a
+    time for chat answers and scorings."""
+    states: dict[Lease, LeaseState | None] = {}
+    plain = [lease for lease in leases if type(lease) is Lease]
+    for lease in leases:
+        if type(lease) is not Lease:
+            states[lease] = session_lease_status(lease=lease)
+    if not plain:
+        return states
+    ids = {lease.session_id for lease in plain}
+    rows = {
+        (str(session_id), token): (status, cancelled_by, reason)
+        for session_id, token, status, cancelled_by, reason in AlertSession.objects.filter(
+            id__in=ids
+        ).values_list("id", "lease_token", "status", "cancelled_by", "cancel_reason")
+    }
+    cancelled: dict[str, list[tuple[int, str]]] = {}
+    for session_id, execution_id, reason in AgentExecution.objects.filter(
+        session_id__in=ids,
+        cancel_requested_at__isnull=False,
+        status__in=[ExecutionStatus.PENDING, ExecutionStatus.ACTIVE],
+    ).values_list("session_id", "id", "cancel_reason"):
+        cancelled.setdefault(str(session_id), []).append((execution_id, reason))
+    for lease in plain:
+        row = rows.get((str(lease.session_id), lease.token))
+        states[lease] = (
+            None
+            if row is None
+            else LeaseState(
+                *row, cancelled_executions=tuple(cancelled.get(str(lease.session_id), ()))
+            )
+        )
+    return states
+
+
 def _cancelled_executions(**where: Any) -> tuple[tuple[int, str], ...]:
     """Executions someone asked to stop that still run: (id, attribution)."""
     return tuple(

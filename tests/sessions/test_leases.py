@@ -293,3 +293,42 @@ def test_recover_runs_every_step(settings):
     AlertSession.objects.filter(id=lost.id).update(enqueued_at=timezone.now() - timedelta(hours=1))
     done = recover()
     assert (done["timed_out"], done["requeued"]) == (1, 1)
+
+
+def test_many_leases_are_read_at_once_as_one_by_one():
+    held, cancelled, lost = (running_session()[1] for _ in range(3))
+    stage = services.stage_start(lease=cancelled, name="investigation", index=1)
+    execution = services.execution_start(
+        lease=cancelled,
+        stage=stage,
+        agent_name="KubernetesAgent",
+        agent_index=1,
+        llm_backend="scripted",
+        llm_provider="demo",
+        model_name="demo",
+    )
+    services.execution_cancel(
+        session_id=cancelled.session_id, execution_id=execution.id, by="sre", reason="noise"
+    )
+    services.session_cancel(session_id=cancelled.session_id, by="sre", reason="dup")
+    AlertSession.objects.filter(id=lost.session_id).update(lease_token=uuid.uuid4())
+    stranger = Lease(held.session_id, uuid.uuid4())  # the right session, another token
+    leases = [held, cancelled, lost, stranger]
+    with connection.execute_wrapper(counting := QueryCount()):
+        states = services.leases_status(leases=leases)
+    assert counting.count == 2
+    assert states == {lease: services.session_lease_status(lease=lease) for lease in leases}
+    assert states[held].status == "in_progress"
+    assert states[cancelled].status == "cancelling"
+    assert states[cancelled].cancelled_executions == ((execution.id, "Cancelled by sre: noise"),)
+    assert states[lost] is None
+    assert states[stranger] is None
+
+
+class QueryCount:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        self.count += 1
+        return execute(sql, params, many, context)
