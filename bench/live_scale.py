@@ -23,6 +23,9 @@ import contextlib
 import json
 import os
 import re
+import socket
+import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -49,6 +52,7 @@ WORDS = 120
 WORD_DELAY = 0.02  # 50 words a second, a fast model
 FIRST_WORD_AFTER = 3.0  # seconds: the pages open meanwhile
 STAMP = re.compile(r"t(\d{16})x")
+_SO_TIMESTAMPNS = 35  # Linux: SO_TIMESTAMPNS = SCM_TIMESTAMPNS
 
 OBSERVER = """
 window.__seen = {};
@@ -162,47 +166,141 @@ def api(dep, path: str, body: dict | None = None) -> dict:
         return json.loads(response.read() or b"null")
 
 
-def run_round(dep, browser, count: int) -> tuple[list[float], int, dict[str, float]]:
-    """``count`` sessions at once, each followed by its own page; returns the latencies
-    (ms) of the words seen live, how many words were not seen live, and each part's
-    CPU use (cores) over the round."""
+class WorkerTap:
+    """Notes when each stamped word left a worker: listens to what the workers send the
+    relays (under SQLite it announces a port as a relay does; on PostgreSQL it LISTENs)."""
+
+    def __init__(self, dep, db: str) -> None:
+        self.sent: dict[str, float] = {}
+        self.dep, self.db = dep, db
+        self._stop = threading.Event()
+        if db == "sqlite":
+            self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+            # The kernel notes when each datagram arrived: this thread shares a busy
+            # process (Playwright, the model server) and may read it later.
+            self.socket.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            self.socket.bind(("127.0.0.1", 0))
+            self.socket.settimeout(0.2)
+            relays = dep.data_dir / "relays"
+            relays.mkdir(exist_ok=True)
+            self.announced = relays / f"{os.getpid()}-{self.socket.getsockname()[1]}"
+            self.announced.write_text("")
+        self.thread = threading.Thread(target=self._listen, daemon=True)
+        self.thread.start()
+
+    def _note(self, text: str, at: float | None = None) -> None:
+        now = at if at is not None else time.time() * 1000
+        for match in STAMP.finditer(text):
+            self.sent.setdefault(match.group(0), now)
+
+    def _listen(self) -> None:
+        if self.db == "sqlite":
+            while not self._stop.is_set():
+                try:
+                    data, ancillary, _, _ = self.socket.recvmsg(65536, 64)
+                except TimeoutError:
+                    continue
+                arrived = None
+                for level, kind, value in ancillary:
+                    if (level, kind) == (socket.SOL_SOCKET, _SO_TIMESTAMPNS):
+                        seconds, nanoseconds = struct.unpack("qq", value[:16])
+                        arrived = seconds * 1000 + nanoseconds / 1e6
+                if data.startswith(b"S"):
+                    self._note(data[33:].decode(errors="replace"), arrived)
+            return
+        import psycopg
+
+        with psycopg.connect(self.dep.env["DATABASE_URL"], autocommit=True) as connection:
+            connection.execute("LISTEN tarsy_stream")
+            while not self._stop.is_set():
+                for notify in connection.notifies(timeout=0.2):
+                    self._note(notify.payload)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=5)
+        if self.db == "sqlite":
+            self.announced.unlink(missing_ok=True)
+            self.socket.close()
+
+
+def run_round(dep, browser, count: int, remote: bool) -> dict:
+    """``count`` sessions at once, each followed by its own page: a Chromium page each,
+    or (``remote``) a Chromium page for the first and a page's WebSocket for the others
+    (bench/page_sockets.py). Returns the latencies (ms) of the words seen live by each
+    kind of follower, how many words were not seen live, the split at the worker, and
+    each part's CPU use (cores) over the round."""
     context = browser.new_context()
     context.add_init_script(OBSERVER)
     page = context.new_page()
     log_in(page, dep.base_url)
-    pages = [page] + [context.new_page() for _ in range(count - 1)]
+    browsers = 1 if remote else count
+    pages = [page] + [context.new_page() for _ in range(browsers - 1)]
     ids = [
         api(dep, "/api/v1/alerts", {"data": f"namespace: payments\nbench {n}"})["session_id"]
         for n in range(count)
     ]
+    tap = WorkerTap(dep, "sqlite" if dep.env["DATABASE_URL"].startswith("sqlite") else "pg")
+    sockets = None
+    if ids[browsers:]:
+        cookie = "; ".join(f"{c['name']}={c['value']}" for c in context.cookies())
+        sockets = subprocess.Popen(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("page_sockets.py")),
+                dep.base_url,
+                cookie,
+                *ids[browsers:],
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        if sockets.stdout is None or sockets.stdout.readline().strip() != "ready":
+            raise RuntimeError("bench/page_sockets.py did not start")
     cpu_before, started = cpu_by_part(dep), time.monotonic()
     opened_at = {}
-    for page, session_id in zip(pages, ids, strict=True):
+    for page, session_id in zip(pages, ids, strict=False):
         page.goto(f"{dep.base_url}/sessions/{session_id}/")
         opened_at[session_id] = time.time() * 1000 + 500  # the socket has subscribed by then
-    latencies: list[float] = []
-    unseen = 0
-    for page, session_id in zip(pages, ids, strict=True):
+    for session_id in ids[browsers:]:
+        opened_at[session_id] = time.time() * 1000 + 500
+    seen: dict[str, dict[str, float]] = {}
+    for page, session_id in zip(pages, ids, strict=False):
         page.wait_for_selector(
             '#session-status[data-status="completed"]', timeout=300_000, state="attached"
         )
         page.wait_for_timeout(200)
-        seen = page.evaluate("window.__seen")
-        sent = [
-            (word, int(STAMP.fullmatch(word).group(1)) / 1000)
-            for word in _words_sent(dep, session_id)
-        ]
-        for word, sent_ms in sent:
-            if sent_ms < opened_at[session_id]:
-                continue  # streamed before the page was following
-            if word in seen:
-                latencies.append(seen[word] - sent_ms)
-            else:
-                unseen += 1
+        seen[session_id] = page.evaluate("window.__seen")
+    for session_id in ids[browsers:]:
+        wait_ended(dep, session_id)
     elapsed = time.monotonic() - started
     cpu = {k: (v - cpu_before[k]) / elapsed for k, v in cpu_by_part(dep).items()}
+    if sockets is not None:
+        time.sleep(0.2)
+        out, _ = sockets.communicate("", timeout=60)
+        heard = json.loads(out)
+        for session_id in ids[browsers:]:
+            seen[session_id] = heard
+    result: dict = {"browser": [], "socket": [], "unseen": 0, "to_worker": [], "to_page": []}
+    for n, session_id in enumerate(ids):
+        kind = "browser" if n < browsers else "socket"
+        for word in _words_sent(dep, session_id):
+            sent_ms = int(STAMP.fullmatch(word).group(1)) / 1000
+            if sent_ms < opened_at[session_id]:
+                continue  # streamed before the page was following
+            if word not in seen[session_id]:
+                result["unseen"] += 1
+                continue
+            result[kind].append(seen[session_id][word] - sent_ms)
+            if word in tap.sent:
+                result["to_worker"].append(tap.sent[word] - sent_ms)
+                result["to_page"].append(seen[session_id][word] - tap.sent[word])
+    result["cpu"] = cpu
+    tap.close()
     context.close()
-    return latencies, unseen, cpu
+    return result
 
 
 def _words_sent(dep, session_id: str) -> list[str]:
@@ -247,11 +345,14 @@ def cpu_by_part(dep) -> dict[str, float]:
         for pid in process_group(process.pid):
             with contextlib.suppress(OSError, ValueError):
                 parts[part] += cpu_seconds(pid)
+    parts["chromium renderers"] = 0.0
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError, ValueError):
                 if "chrom" in (entry / "comm").read_text():
-                    parts["chromium"] += cpu_seconds(int(entry.name))
+                    renderer = b"--type=renderer" in (entry / "cmdline").read_bytes()
+                    part = "chromium renderers" if renderer else "chromium"
+                    parts[part] += cpu_seconds(int(entry.name))
     parts["model server"] = cpu_seconds(os.getpid())
     return parts
 
@@ -284,6 +385,13 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=30)
     parser.add_argument(
         "--flush-interval", default=None, help="TARSY_STREAM_FLUSH_INTERVAL (default: TARSy's)"
+    )
+    parser.add_argument(
+        "--followers",
+        choices=["browsers", "remote", "both"],
+        default="both",
+        help="a Chromium page on this machine for every session (browsers), or for one and "
+        "a page's WebSocket for the others, as when the SREs' browsers run elsewhere (remote)",
     )
     args = parser.parse_args()
     counts = [int(n) for n in args.sessions.split(",")]
@@ -323,24 +431,48 @@ def main() -> None:
                     continue
                 # Every worker process's first session pays for imports and client set-up
                 # (seconds on a loaded machine): one round first, not measured.
-                run_round(dep, browser, most)
-                for count in counts:
-                    latencies, unseen, cpu = run_round(dep, browser, count)
-                    results.append((count, latencies, unseen, load_average(), cpu))
+                run_round(dep, browser, most, remote=True)
+                modes = ["browsers", "remote"] if args.followers == "both" else [args.followers]
+                for mode in modes:
+                    for count in counts:
+                        result = run_round(dep, browser, count, remote=mode == "remote")
+                        results.append((mode, count, load_average(), result))
         browser.close()
 
     print(f"\n{args.db}: {WORDS} words per model call, one every {WORD_DELAY * 1000:g} ms; {env}")
-    p99_one = None
-    for count, latencies, unseen, load, cpu in results:
-        p99 = percentile(latencies, 0.99)
-        p99_one = p99 if count == 1 else p99_one
-        ratio = f"  p99/p99 at 1={p99 / p99_one:5.2f}" if p99_one else ""
+    p99_one: dict[str, float] = {}
+    for mode, count, load, result in results:
         print(
-            f"{count:>3} sessions streaming: model → browser n={len(latencies):<5} "
-            f"p50={percentile(latencies, 0.5):7.1f} ms  p99={p99:7.1f} ms  "
-            f"max={max(latencies):7.1f} ms{ratio}  not seen live: {unseen}  ({load})"
+            f"{count:>3} sessions streaming, "
+            + (
+                "a Chromium page each"
+                if mode == "browsers"
+                else "one Chromium page, the others followed by a page's WebSocket"
+            )
+            + f"  (not seen live: {result['unseen']}; {load})"
         )
-        print("      CPU (cores): " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
+        for kind, name in (("browser", "model → Chromium page"), ("socket", "model → page socket")):
+            part = result[kind]
+            if not part:
+                continue
+            p99 = percentile(part, 0.99)
+            if count == 1:
+                p99_one[kind] = p99
+            ratio = f"  p99/p99 at 1={p99 / p99_one[kind]:5.2f}" if kind in p99_one else ""
+            print(
+                f"      {name}: n={len(part):<5} p50={percentile(part, 0.5):7.1f} ms  "
+                f"p99={p99:7.1f} ms  max={max(part):7.1f} ms{ratio}"
+            )
+        for name, key in (
+            ("model → sent by the worker (SDK, worker)", "to_worker"),
+            ("sent by the worker → page (relay, socket, browser)", "to_page"),
+        ):
+            if part := result[key]:
+                print(
+                    f"      {name}: p50={percentile(part, 0.5):7.1f} ms  "
+                    f"p99={percentile(part, 0.99):7.1f} ms"
+                )
+        print("      CPU (cores): " + ", ".join(f"{k} {v:.2f}" for k, v in result["cpu"].items()))
     (before, before_bytes), (now, now_bytes) = rows.values()
     print(
         f"event-log rows per investigation: {before} before, {now} now (ratio {now / before:.2f}); "
