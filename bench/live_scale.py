@@ -393,6 +393,12 @@ def main() -> None:
         help="a Chromium page on this machine for every session (browsers), or for one and "
         "a page's WebSocket for the others, as when the SREs' browsers run elsewhere (remote)",
     )
+    parser.add_argument(
+        "--workers",
+        default="2",
+        help="TARSY_WORKERS (bin/run's 2), or per-session: one worker process per session, "
+        "as TARSy ran before workers ran many sessions each (to measure an older checkout)",
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.sessions.split(",")]
     pg_url = args.postgres_url or postgres_server_url()
@@ -400,7 +406,7 @@ def main() -> None:
         parser.error("PostgreSQL: set TARSY_TEST_POSTGRES_URL or pass --postgres-url")
     most = max(counts)
     env = {
-        "TARSY_WORKERS": "2",  # bin/run's
+        "TARSY_WORKERS": str(max(counts)) if args.workers == "per-session" else args.workers,
         # The defaults hold 20 at once (12 a worker); more only when asked for more.
         "TARSY_MAX_CONCURRENT_SESSIONS": str(max(20, most)),
         "TARSY_WORKER_SESSIONS": str(max(12, -(-most // 2) + 2)),

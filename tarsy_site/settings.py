@@ -259,7 +259,7 @@ TARSY_EVENT_RETENTION = env_float("TARSY_EVENT_RETENTION", 60, minimum=0)
 # Streamed text goes to the pages at most this often per worker session (seconds), past
 # the database (sessions/streams.py), and is saved to the database at most every
 # TARSY_STREAM_SAVE_INTERVAL (what a relay missed, what a page loading later shows).
-TARSY_STREAM_FLUSH_INTERVAL = env_float("TARSY_STREAM_FLUSH_INTERVAL", 0.03, minimum=0)
+TARSY_STREAM_FLUSH_INTERVAL = env_float("TARSY_STREAM_FLUSH_INTERVAL", 0.05, minimum=0)
 TARSY_STREAM_SAVE_INTERVAL = env_float("TARSY_STREAM_SAVE_INTERVAL", 1.0, minimum=0)
 
 LOGGING = {
