@@ -8,8 +8,10 @@ the order of writes.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
+import os
 import time
 import weakref
 from dataclasses import asdict
@@ -188,6 +190,64 @@ def forget_streams(lease: Lease) -> None:
     _open_streams.pop(lease, None)
 
 
+class _Notifier:
+    """On PostgreSQL streamed text leaves as ``NOTIFY`` payloads, which need a database
+    connection. Sent through the database thread every write of the process waits for,
+    they queued behind those writes (at 50 sessions, seconds). So they leave from a thread
+    and connection of their own, every session of the event loop together, in order,
+    without the model's stream waiting for them."""
+
+    def __init__(self) -> None:
+        self.pending: list[streams.Delta] = []
+        self.sender: asyncio.Task[None] | None = None
+
+    def send(self, deltas: list[streams.Delta]) -> None:
+        self.pending.extend(deltas)
+        if self.sender is None or self.sender.done():
+            self.sender = asyncio.create_task(self._run(), name="stream-notify")
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self.pending:
+            batch, self.pending = self.pending, []
+            try:
+                await loop.run_in_executor(_notify_thread(), streams.send_on_own_connection, batch)
+            except Exception:
+                # Best effort: the pages get these words from the next save.
+                logger.warning(
+                    "streamed text not sent live; the next save brings it", exc_info=True
+                )
+
+
+_notifiers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Notifier] = (
+    weakref.WeakKeyDictionary()
+)
+_notify_executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _notifier() -> _Notifier:
+    loop = asyncio.get_running_loop()
+    notifier = _notifiers.get(loop)
+    if notifier is None:
+        notifier = _notifiers[loop] = _Notifier()
+    return notifier
+
+
+def _notify_thread() -> concurrent.futures.ThreadPoolExecutor:
+    global _notify_executor
+    if _notify_executor is None:
+        _notify_executor = concurrent.futures.ThreadPoolExecutor(1, "tarsy-notify")
+    return _notify_executor
+
+
+def _forget_notify_thread() -> None:  # a forked child has no such thread
+    global _notify_executor
+    _notify_executor = None
+
+
+os.register_at_fork(after_in_child=_forget_notify_thread)
+
+
 class _Stream:
     """One item's streamed text: what the pages have not been sent yet, and what the
     database has not saved yet (each with the character it starts at)."""
@@ -267,11 +327,11 @@ class _Streams:
         if not deltas or self.failure is not None:
             return  # (a worker that lost its session shows nothing more)
         self.sent_at = time.monotonic()
+        if streams.needs_database():
+            _notifier().send(deltas)
+            return
         try:
-            if streams.needs_database():
-                await db(streams.send)(deltas)
-            else:
-                streams.send(deltas)
+            streams.send(deltas)
         except Exception:
             # Best effort: the pages get these words from the next save.
             logger.warning("streamed text not sent live; the next save brings it", exc_info=True)

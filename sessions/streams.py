@@ -97,6 +97,16 @@ def send(deltas: list[Delta]) -> None:
             wakeup.send(DATAGRAM + _mac(body) + body)
 
 
+def send_on_own_connection(deltas: list[Delta]) -> None:
+    """``send`` from a thread kept for it (agents/recorder.py): its connection is closed
+    after an error, so that the next call opens a fresh one (a restarted server)."""
+    try:
+        send(deltas)
+    except Exception:
+        connection.close()
+        raise
+
+
 def decode_datagram(data: bytes) -> Delta | None:
     """The delta a datagram carries, or None for one not signed with this site's secret
     or not well formed."""
