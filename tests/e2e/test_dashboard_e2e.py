@@ -258,6 +258,9 @@ def test_markdown_renders_on_load_and_live_and_hostile_html_stays_inert(tmp_path
                 assert XSS in page.text_content(".alert-data pre")  # shown as text
                 page.reload()
                 page.wait_for_selector(".item.final_analysis .markdown h2")
+                # The chat box loads itself after the page (hx-trigger="load"): on a
+                # loaded machine that GET can still be in flight here.
+                page.wait_for_selector("#chat-box[aria-labelledby]", state="attached")
             assert dialogs == []
 
             # A fresh render is the same HTML as the page that followed the run live.
