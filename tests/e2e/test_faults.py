@@ -111,7 +111,7 @@ def test_the_whole_cluster_killed_and_restarted_loses_no_session(tmp_path):
         ids = submit(tarsy, token, 6)
         wait_until(
             lambda: list(statuses(tarsy).values()).count("in_progress") == 2,
-            30,
+            60,  # from submission: the cluster's start-up (its MCP servers) comes first
             "two sessions running",
             tarsy,
         )
@@ -160,7 +160,7 @@ def test_a_killed_main_process_leaves_no_worker_behind(tmp_path):
         ids = submit(tarsy, token, 2)
         wait_until(
             lambda: list(statuses(tarsy).values()).count("in_progress") == 2,
-            30,
+            60,  # from submission: the cluster's start-up (its MCP servers) comes first
             "two sessions running",
             tarsy,
         )
@@ -280,7 +280,7 @@ def test_a_frozen_worker_resumed_after_being_reaped_writes_nothing(tmp_path):
                 )[0][0]
                 == 1
             ),
-            30,
+            60,  # from submission: the cluster's start-up (its MCP servers) comes first
             "the answer streaming",
             tarsy,
         )
