@@ -178,9 +178,11 @@ _open_streams: dict[Lease, weakref.WeakSet[_Streams]] = {}
 
 
 async def save_streams(lease: Lease) -> None:
-    """Save the text every stream of ``lease`` holds unsaved (best effort: a lease lost
-    meanwhile saves nothing)."""
+    """Save the text every stream of ``lease`` holds unsaved, and send the pages nothing
+    more: the work is being stopped, and its items will close with what is saved (best
+    effort: a lease lost meanwhile saves nothing)."""
     for streams_ in list(_open_streams.get(lease, ())):
+        streams_.halted = True
         with contextlib.suppress(Exception):
             await streams_.save()
 
@@ -284,6 +286,7 @@ class _Streams:
         self.send_timer: asyncio.Task | None = None
         self.save_timer: asyncio.Task | None = None
         self.failure: BaseException | None = None
+        self.halted = False  # the work is being stopped: nothing more goes to the pages
         self.save_lock = asyncio.Lock()
         _open_streams.setdefault(lease, weakref.WeakSet()).add(self)
 
@@ -324,8 +327,8 @@ class _Streams:
                 stream.unsent = []
                 deltas.append(streams.Delta(self.session_id, stream.item.id, stream.sent_end, text))
                 stream.sent_end += len(text)
-        if not deltas or self.failure is not None:
-            return  # (a worker that lost its session shows nothing more)
+        if not deltas or self.failure is not None or self.halted:
+            return  # (a worker that lost or is ending its session shows nothing more)
         self.sent_at = time.monotonic()
         if streams.needs_database():
             _notifier().send(deltas)
