@@ -20,6 +20,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,7 +131,7 @@ def decode(body: str | bytes) -> Delta | None:
     session_id, item_id, offset, text = value
     if not (
         isinstance(session_id, str)
-        and len(session_id) <= 64
+        and _is_uuid(session_id)
         and type(item_id) is int
         and type(offset) is int
         and item_id > 0
@@ -139,6 +140,16 @@ def decode(body: str | bytes) -> Delta | None:
     ):
         return None
     return Delta(session_id, item_id, offset, text)
+
+
+def _is_uuid(text: str) -> bool:
+    if len(text) > 64:
+        return False
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _body(delta: Delta) -> bytes:

@@ -54,7 +54,9 @@ def test_tails_are_bounded_and_expire():
 
 
 def test_a_delta_survives_its_encodings_and_anything_else_is_refused():
-    delta = streams.Delta("9b2f", 12, 40, 'quotes " and \\ and ünïcode ✓ 🚀\n\x1f')
+    delta = streams.Delta(
+        "9b2f0c1e-0000-4000-8000-000000000001", 12, 40, 'quotes " and \\ and ünïcode ✓ 🚀\n\x1f'
+    )
     [piece] = streams.pieces(delta, streams.DATAGRAM_CHARS)
     body = streams._body(piece)
     assert streams.decode(body) == delta
@@ -66,16 +68,17 @@ def test_a_delta_survives_its_encodings_and_anything_else_is_refused():
         b"",
         b"[",
         b"[[[[[[[[[[]]]]]]]]]]",
-        b'["s", 1, 0]',
-        b'["s", 0, 0, "x"]',
-        b'["s", 1, -1, "x"]',
-        b'["s", true, 0, "x"]',
-        b'["s", 1, 0.5, "x"]',
+        b'["9b2f0c1e-0000-4000-8000-000000000001", 1, 0]',
+        b'["9b2f0c1e-0000-4000-8000-000000000001", 0, 0, "x"]',
+        b'["9b2f0c1e-0000-4000-8000-000000000001", 1, -1, "x"]',
+        b'["9b2f0c1e-0000-4000-8000-000000000001", true, 0, "x"]',
+        b'["9b2f0c1e-0000-4000-8000-000000000001", 1, 0.5, "x"]',
         b'[1, 1, 0, "x"]',
-        b'["s", 1, 0, ["x"]]',
+        b'["9b2f0c1e-0000-4000-8000-000000000001", 1, 0, ["x"]]',
         b'{"a": 1}',
         b"\xff\xfe",
         b'["' + b"s" * 100 + b'", 1, 0, "x"]',
+        b'["not-a-session", 1, 0, "x"]',  # would end the /api/v1/ws socket it reached
     ):
         assert streams.decode(bad) is None, bad
 
