@@ -120,7 +120,10 @@ def chat_request(message: ChatMessage) -> str:
 def test_a_question_is_answered_with_a_tool_call_and_a_streamed_answer(
     client, api_token, scripted_provider, live_pieces
 ):
-    chat_script(scripted_provider, [TOOL_TURN, {"text": ANSWER}])
+    # The answer streams over several flush intervals (15 words, 20 ms apart): with no
+    # delay it could end inside the interval of the tool call's last piece, and then all
+    # of it would reach the page with its completion instead (seen under load).
+    chat_script(scripted_provider, [TOOL_TURN, {"text": ANSWER, "chunk_delay": 0.02}])
     session = ended_session()
 
     response = ask(client, session.id, api_token, {"content": "Why is payments-api crashing?"})
