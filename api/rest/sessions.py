@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from typing import Literal, get_args
 from urllib.parse import urlencode
@@ -29,6 +30,7 @@ from sessions.models import (
     SessionStatus,
     Stage,
 )
+from sessions.search import gathered
 
 router = Router(tags=["sessions"])
 
@@ -38,6 +40,8 @@ SortField = Literal[
     "created_at", "status", "alert_type", "author", "duration", "score", "quality_rating"
 ]
 SORT_FIELDS = get_args(SortField)
+# Orders an index walks, then by creation time, as _sorted sorts (sessions.models.session).
+INDEX_ORDERED = {"created_at", "status", "alert_type", "author"}
 ScoringFilter = Literal["scored", "not_scored", "scoring_in_progress", "scoring_failed"]
 SCORING_FILTERS = {
     "scored": Q(_latest_score_status=ScoreStatus.COMPLETED),
@@ -146,18 +150,21 @@ def session_list(
     query = _search_query(search)
     sessions = _filtered(request, **filters)
     total = None
-    if query:
-        sessions, total = selectors.session_search(
-            sessions,
-            query,
-            rows_needed=number * size,
-            index_ordered=(sort_by or "created_at") == "created_at",
-            filtered=any(filters.values()) or "assignee" in request.GET,
-        )
-    sessions = _sorted(sessions, sort_by or "created_at", sort_order or "desc")
-    if total is None:
-        total = sessions.count()
-    rows = list(sessions[(number - 1) * size : number * size])
+    # The search's matches are gathered once for the count, the page and a filtered count.
+    with gathered(query) if query else nullcontext() as matches:
+        if query:
+            sessions, total = selectors.session_search(
+                sessions,
+                query,
+                matches=matches,
+                rows_needed=number * size,
+                index_ordered=(sort_by or "created_at") in INDEX_ORDERED,
+                filtered=any(filters.values()) or "assignee" in request.GET,
+            )
+        sessions = _sorted(sessions, sort_by or "created_at", sort_order or "desc")
+        if total is None:
+            total = sessions.count()
+        rows = list(sessions[(number - 1) * size : number * size])
     matched = _matched_in_content(rows, search) if search else set()
     return respond(
         {

@@ -75,6 +75,18 @@ class LLMInteraction(models.Model):
                 ],
                 name="llm_interaction_metrics",
             ),
+            # A page of sessions adds up its sessions' calls from the index alone, not
+            # from rows that hold whole conversations (api/rest/shapes.session_stats).
+            models.Index(
+                fields=[
+                    "session",
+                    "input_tokens",
+                    "output_tokens",
+                    "total_tokens",
+                    "estimated_cost_usd",
+                ],
+                name="llm_interaction_session_totals",
+            ),
         ]
 
     def __str__(self) -> str:

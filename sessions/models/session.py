@@ -97,6 +97,11 @@ class AlertSession(models.Model):
     # list can show and sort by them without adding up every interaction.
     total_tokens = models.PositiveBigIntegerField(default=0)
     estimated_cost_usd = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
+    # SQLite: the id of this session's search row (its rowid in the full-text index), set
+    # by a trigger when that row is written (migration 0013), never by the ORM. With it in
+    # the indexes below, a search walks and counts sessions without looking each one's
+    # search row up (sessions/search.py). Empty on PostgreSQL, whose search needs none.
+    search_rowid = models.BigIntegerField(null=True, blank=True, editable=False)
     # Where the runbook came from when it was fetched (the alert's, or defaults.runbook).
     runbook_url = models.CharField(max_length=2000, blank=True)
     slack_message_fingerprint = models.CharField(max_length=500, blank=True)
@@ -125,16 +130,27 @@ class AlertSession(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [
-            models.Index(fields=["status", "created_at"], name="session_status_created"),
+            # Each ends with search_rowid: a search filtered by these finds whether each
+            # session matches from the index alone (sessions.search.matching_in_order).
+            models.Index(
+                fields=["status", "created_at", "search_rowid"], name="session_status_created"
+            ),
+            models.Index(fields=["created_at", "search_rowid"], name="session_created"),
+            models.Index(
+                fields=["alert_type", "created_at", "search_rowid"], name="session_alert_type"
+            ),
+            # From a search's few matches to their sessions (search.matching_gathered).
+            models.Index(fields=["search_rowid"], name="session_search_rowid"),
             models.Index(fields=["status", "heartbeat_at"], name="session_status_heartbeat"),
-            models.Index(fields=["created_at"], name="session_created"),
-            models.Index(fields=["alert_type"], name="session_alert_type"),
             # The history's sortable columns (web/listing.py).
-            models.Index(fields=["author"], name="session_author"),
+            models.Index(fields=["author", "created_at", "search_rowid"], name="session_author"),
             models.Index(fields=["chain_id"], name="session_chain"),
             models.Index(fields=["total_tokens"], name="session_tokens"),
             models.Index(fields=["estimated_cost_usd"], name="session_cost"),
-            models.Index(fields=["review_status", "created_at"], name="session_review_created"),
+            models.Index(
+                fields=["review_status", "created_at", "search_rowid"],
+                name="session_review_created",
+            ),
             models.Index(fields=["assignee"], name="session_assignee"),
             models.Index(fields=["quality_rating"], name="session_quality_rating"),
             models.Index(fields=["events_pruned_through"], name="session_events_pruned"),
@@ -279,6 +295,8 @@ class TimelineEvent(models.Model):
             models.Index(
                 fields=["session", "sequence_number", "id"], name="timeline_session_order"
             ),
+            # A page of sessions counts its fallbacks without reading long timelines.
+            models.Index(fields=["session", "event_type"], name="timeline_session_type"),
         ]
         constraints = [
             models.UniqueConstraint(

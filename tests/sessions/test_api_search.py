@@ -18,7 +18,7 @@ from sessions.models import AlertSession, SessionSearch
 pytestmark = pytest.mark.django_db
 
 WORDS = ["pod", "node", "memory", "disk", "latency", "timeout", "dns", "kafka", "redis", "queue"]
-WALK = "IN (SELECT rowid FROM"  # the SQL of search.matching_in_order
+WALK = f"EXISTS (SELECT 1 FROM temp.{search.MATCHES}"  # the SQL of search.matching_in_order
 
 
 @pytest.fixture
@@ -103,6 +103,10 @@ QUERIES = [
     "search=memory&scoring_status=not_scored",
     "search=dns&sort_by=author",
     "search=memory&sort_by=status&sort_order=asc&page=2",
+    "search=memory&sort_by=alert_type&page=3",
+    "search=memory&sort_by=author&sort_order=asc&status=completed,failed",
+    "search=memory&sort_by=quality_rating",  # no index walks it: always sorted
+    "search=memory&sort_by=duration&sort_order=asc",
 ]
 
 
@@ -110,9 +114,13 @@ QUERIES = [
 def test_search_answers_as_gathering_every_match_and_sorting_did(get, varied, monkeypatch, query):
     answer, _ = get(query)
 
-    # Before: every match gathered and sorted (the walk never taken).
-    monkeypatch.setattr(search, "matching_in_order", search.matching)
-    monkeypatch.setattr(search, "count_all_matches", lambda query: None)
+    # Before: every match joined to its session by the full-text query and sorted, the
+    # sessions counted (the walk never taken, nothing gathered).
+    monkeypatch.setattr(
+        selectors,
+        "session_search",
+        lambda sessions, query, **_: (search.matching(sessions, query), None),
+    )
     before, before_sql = get(query)
 
     assert not walked(before_sql)
@@ -125,7 +133,14 @@ def sqlite_only() -> None:
         pytest.skip("PostgreSQL plans a search itself: there is no walk to choose")
 
 
-@pytest.mark.parametrize("query", [q for q in QUERIES if "sort_by" not in q and "nothing" not in q])
+WALKABLE = [
+    q
+    for q in QUERIES
+    if "nothing" not in q and not any(f"sort_by={f}" in q for f in ("quality_rating", "duration"))
+]
+
+
+@pytest.mark.parametrize("query", WALKABLE)
 def test_the_walk_itself_answers_as_the_sort_did(get, varied, monkeypatch, query):
     """Even where the cost model would sort (a rare word), the walk gives the same."""
     sqlite_only()
@@ -163,3 +178,41 @@ def test_the_newest_match_comes_first_whatever_order_the_index_holds(get, varied
     )
     assert [s["id"] for s in body["sessions"]] == [str(i) for i in newest]
     assert times == sorted(times, reverse=True)
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["search=memory", "search=memory&status=completed,failed", "search=zebra&sort_by=author"],
+)
+def test_the_full_text_index_is_searched_once_per_request_and_nothing_is_left(get, varied, query):
+    """The matches are gathered once, for the count, the page and a filtered count, in a
+    temporary table of the connection that is gone when the answer is."""
+    sqlite_only()
+    _, sql = get(query)
+
+    assert sum("MATCH" in q for q in sql) == 1
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM sqlite_temp_master")
+        assert cursor.fetchall() == []
+        cursor.execute("SELECT name FROM sqlite_master WHERE name LIKE %s", [f"%{search.MATCHES}%"])
+        assert cursor.fetchall() == []
+
+
+def test_a_search_that_fails_midway_leaves_no_gathered_matches(varied):
+    sqlite_only()
+    gathered = []
+
+    def build_a_page_that_fails() -> None:
+        with search.gathered(search.Query.parse("memory")) as matches:
+            gathered.append(matches)
+            raise RuntimeError("the page could not be built")
+
+    with pytest.raises(RuntimeError):
+        build_a_page_that_fails()
+    assert gathered[0] > 300
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM sqlite_temp_master")
+        assert cursor.fetchall() == []
+    # And the next search gathers afresh.
+    with search.gathered(search.Query.parse("zebra")) as matches:
+        assert matches == AlertSession.objects.filter(alert_data__contains="zebra").count()
