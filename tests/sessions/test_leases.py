@@ -177,16 +177,17 @@ def test_a_worker_that_lost_its_session_stops_and_writes_nothing(scripted_provid
     assert not Stage.objects.filter(session=session, status="completed").exists()
 
 
-def test_a_worker_whose_cluster_died_ends_its_session_with_the_reason(scripted_provider, settings):
+def test_a_worker_whose_cluster_died_ends_its_session_with_the_reason(
+    scripted_provider, settings, live_pieces
+):
     from worker import supervision
 
     settings.TARSY_LEASE_CHECK_INTERVAL = 0.05
     scripted_provider([{"text": "one two three four five six seven eight", "chunk_delay": 0.2}])
     session = submit()
     thread, result = run_in_thread(str(session.id))
-    wait_for(
-        lambda: TimelineEvent.objects.filter(session=session, event_type="llm_response").exists()
-    )
+    # The answer's first words have streamed (not only its item been created).
+    wait_for(lambda: any(piece.session_id == str(session.id) for piece in live_pieces))
     supervision._parent_lost.set()  # what the parent watch does when the cluster dies
     try:
         thread.join(timeout=10)
