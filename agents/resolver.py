@@ -37,6 +37,8 @@ from llm.types import ProviderConfig
 logger = logging.getLogger(__name__)
 
 ADMIN = "Django admin → LLM providers"
+# The summary stage, named as TARSy names it (clients find it by name).
+EXEC_SUMMARY_STAGE = "Executive Summary"
 
 
 class ResolutionError(Exception):
@@ -177,7 +179,7 @@ def synthesis_settings(
 
 def exec_summary_settings(config: TarsyConfig, chain: ChainConfig) -> AgentSettings:
     step = StageAgentConfig(name="ExecSummaryAgent", llm_provider=chain.executive_summary_provider)
-    summary_stage = StageConfig(name="Executive summary", agents=(step,))
+    summary_stage = StageConfig(name=EXEC_SUMMARY_STAGE, agents=(step,))
     return dataclasses.replace(
         stage_agent_settings(config, chain, summary_stage, step), mcp_servers=(), sub_agents=()
     )

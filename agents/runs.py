@@ -105,12 +105,14 @@ async def start_agent(
     agent_index: int,
     parent: AgentExecution | None = None,
     task: str = "",
+    name: str = "",
 ) -> AgentExecution:
-    """The execution's record; ``run_agent`` then runs it."""
+    """The execution's record, named ``name`` (the agent's own name by default);
+    ``run_agent`` then runs it."""
     return await db(services.execution_start)(
         lease=run.lease,
         stage=stage,
-        agent_name=agent.name,
+        agent_name=name or agent.name,
         agent_index=agent_index,
         llm_backend=agent.choice.backend,
         llm_provider=agent.choice.config.name,

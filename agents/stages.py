@@ -19,6 +19,7 @@ from agents.prompts import (
 )
 from agents.recorder import db
 from agents.resolver import (
+    EXEC_SUMMARY_STAGE,
     AgentSettings,
     ResolutionError,
     ResolvedAgent,
@@ -94,20 +95,22 @@ async def run_stage(run: SessionRun, stage_config: StageConfig, previous: str) -
             previous=previous,
         )
 
+    replicas = stage_config.replicas > 1
     # Every agent in one task group: they stream side by side. A failed agent does not
     # stop its siblings (run_agent turns failures into outcomes); a lost lease or a
     # cancelled session stops them all.
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [
-                group.create_task(_stage_agent(run, stage, agent, index, messages))
+                group.create_task(
+                    _stage_agent(run, stage, agent, index, messages, replica=replicas)
+                )
                 for index, agent in enumerate(agents, start=1)
             ]
     except BaseExceptionGroup as failures:
         raise _first_cause(failures) from None
     outcomes = [task.result() for task in tasks]
-    numbered = stage_config.replicas > 1
-    findings = [_finding(stage_config.name, outcome, numbered) for outcome in outcomes]
+    findings = [_finding(stage_config.name, outcome) for outcome in outcomes]
     succeeded = [o for o in outcomes if o.result.status == ExecutionStatus.COMPLETED]
     ok = len(succeeded) == len(outcomes) if policy == "all" else bool(succeeded)
     error = "" if ok else _stage_error(findings, policy if parallel else "")
@@ -124,8 +127,11 @@ async def run_stage(run: SessionRun, stage_config: StageConfig, previous: str) -
     return StageResult(findings, await _synthesize(run, stage_config, findings))
 
 
-async def _stage_agent(run, stage, agent, index, messages) -> Outcome:
-    execution = await start_agent(run, stage=stage, agent=agent, agent_index=index)
+async def _stage_agent(run, stage, agent, index, messages, *, replica: bool) -> Outcome:
+    # Replicas share an agent, so each is named by its number, as TARSy names them:
+    # ScalingReviewer-1, ScalingReviewer-2 (the configuration is still the agent's).
+    name = f"{agent.name}-{index}" if replica else agent.name
+    execution = await start_agent(run, stage=stage, agent=agent, agent_index=index, name=name)
     runner = _sub_agent_runner(run, agent, stage) if agent.settings.sub_agents else None
     return await run_agent(
         run,
@@ -179,7 +185,7 @@ async def executive_summary(run: SessionRun, final_analysis: str) -> tuple[str, 
         return "", str(problem)
     stage = await db(services.stage_start)(
         lease=run.lease,
-        name="Executive summary",
+        name=EXEC_SUMMARY_STAGE,
         index=run.stage_index(),
         stage_type=StageType.EXEC_SUMMARY,
     )
@@ -275,16 +281,13 @@ def _controller(settings: AgentSettings) -> IteratingController | SingleShotCont
     return SingleShotController(thinking_fallback=settings.type == "synthesis")
 
 
-def _finding(stage: str, outcome: Outcome, numbered: bool) -> Finding:
-    """``numbered``: replicas share a name, so each is told apart by its index."""
+def _finding(stage: str, outcome: Outcome) -> Finding:
     result = outcome.result
     completed = result.status == ExecutionStatus.COMPLETED
     execution = outcome.execution
     return Finding(
         stage=stage,
-        agent=f"{execution.agent_name} #{execution.agent_index}"
-        if numbered
-        else execution.agent_name,
+        agent=execution.agent_name,
         status=str(result.status),
         text=result.final_analysis if completed else result.error or str(result.status),
     )

@@ -251,6 +251,16 @@ class AgentExecution(models.Model):
     def __str__(self) -> str:
         return f"{self.agent_name} #{self.agent_index} ({self.status})"
 
+    @property
+    def label(self) -> str:
+        """How a page names it: by its name, numbered where agents of its stage share a
+        name (replicas of sessions stored before replicas were named ``Agent-1``…)."""
+        if self.agent_name.endswith(f"-{self.agent_index}"):
+            return self.agent_name
+        if self.agent_index > 1 or self.stage.parallel_type == ParallelType.REPLICA:
+            return f"{self.agent_name} #{self.agent_index}"
+        return self.agent_name
+
 
 class TimelineEventType(models.TextChoices):
     LLM_THINKING = "llm_thinking"

@@ -285,7 +285,15 @@ def test_replicas_run_copies_of_one_agent(request, chain):
     assert run_session(str(session.id)) == "completed"
     snap = assert_golden(request, "replicas", session)
     assert [e["agent_index"] for e in snap["executions"] if e["stage"] == 0] == [1, 2, 3]
-    assert "agent 'LogAgent #3'" in first_request_of("SynthesisAgent", session)
+    assert "agent 'LogAgent-3'" in first_request_of("SynthesisAgent", session)
+    # Named as TARSy names replicas, and pages show those names as they are.
+    replicas = AgentExecution.objects.filter(stage__session=session, stage__index=0)
+    assert [(e.agent_name, e.label) for e in replicas] == [
+        (f"LogAgent-{n}", f"LogAgent-{n}") for n in (1, 2, 3)
+    ]
+    # Replicas stored before they were named apart keep their number on the page.
+    replicas.update(agent_name="LogAgent")
+    assert [e.label for e in replicas.all()] == ["LogAgent #1", "LogAgent #2", "LogAgent #3"]
 
 
 FAILING = {"error": {"code": "auth_error", "message": "bad key", "retryable": False}}

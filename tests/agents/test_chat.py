@@ -100,7 +100,7 @@ def investigated(db):
         final_analysis="Merged: the rollout broke start-up.",
     )
     summary = Stage.objects.create(
-        session=session, name="Executive summary", index=2, stage_type="exec_summary"
+        session=session, name="Executive Summary", index=2, stage_type="exec_summary"
     )
     AgentExecution.objects.create(
         session=session,

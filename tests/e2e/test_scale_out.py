@@ -192,7 +192,7 @@ def test_alerts_sent_to_both_web_processes_run_once_each_across_both_clusters(ta
     for session, _index, name, expected, executions in stages:
         assert executions == expected, (session, name, executions)
         chains[session].append(name)
-    assert {tuple(names) for names in chains.values()} == {("investigation", "Executive summary")}
+    assert {tuple(names) for names in chains.values()} == {("investigation", "Executive Summary")}
     final_analyses = Counter(
         session
         for (session,) in tarsy.query(

@@ -214,7 +214,7 @@ def test_interactions_are_grouped_by_stage_and_agent_with_sub_agents_nested(clie
     workload = run.agent(investigation, "WorkloadAgent")
     change = run.agent(investigation, "ChangeAgent", index=2)
     helper = run.agent(investigation, "LogReader", parent=workload)
-    summary_stage = run.stage("Executive summary", stage_type="exec_summary")
+    summary_stage = run.stage("Executive Summary", stage_type="exec_summary")
     summarizer = run.agent(summary_stage, "ExecSummary")
     first = run.llm(workload)
     tool = run.mcp(workload)
