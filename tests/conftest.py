@@ -66,12 +66,22 @@ def password_hash(password: str) -> str:
     return make_password(password)
 
 
+class LivePieces(list):
+    """``sessions.streams.Delta``s, in the order workers sent them."""
+
+    def reached(self, *session_ids) -> bool:
+        """Each session's answer has sent its first words. Its item can exist a moment
+        before them; a worker stopped in that moment has no text to keep."""
+        sent = {piece.session_id for piece in self}
+        return all(str(session_id) in sent for session_id in session_ids)
+
+
 @pytest.fixture
-def live_pieces(monkeypatch) -> list:
+def live_pieces(monkeypatch) -> LivePieces:
     """The streamed text workers hand the relays (``sessions.streams.Delta``s), in order."""
     from sessions import streams
 
-    pieces: list = []
+    pieces = LivePieces()
     monkeypatch.setattr(streams, "send", pieces.extend)
     # Noted as they are sent, on PostgreSQL too (where a thread of their own sends them).
     monkeypatch.setattr(streams, "needs_database", lambda: False)

@@ -187,7 +187,7 @@ def test_a_worker_whose_cluster_died_ends_its_session_with_the_reason(
     session = submit()
     thread, result = run_in_thread(str(session.id))
     # The answer's first words have streamed (not only its item been created).
-    wait_for(lambda: any(piece.session_id == str(session.id) for piece in live_pieces))
+    wait_for(lambda: live_pieces.reached(session.id))
     supervision._parent_lost.set()  # what the parent watch does when the cluster dies
     try:
         thread.join(timeout=10)

@@ -89,12 +89,6 @@ def streaming(session_id) -> bool:
     ).exists()
 
 
-def has_streamed(pieces, session_id) -> bool:
-    """The session's answer has sent its first words (its item can exist a moment before
-    them; stopped in that moment, it has no text to keep)."""
-    return any(piece.session_id == str(session_id) for piece in pieces)
-
-
 def interrupted_run(session: AlertSession) -> Lease:
     """A worker's run of ``session`` as the deadline finds it: a stage, an agent, an
     answer half streamed."""
@@ -239,7 +233,7 @@ def test_at_the_deadline_a_running_session_ends_failed_saying_why(
     session = submit()
     thread, result = in_thread(run_session, str(session.id))
     wait_for(lambda: streaming(session.id))
-    wait_for(lambda: has_streamed(live_pieces, session.id))
+    wait_for(lambda: live_pieces.reached(session.id))
     stopping(grace_left=0)
     thread.join(timeout=10)
 
@@ -390,7 +384,7 @@ def test_at_the_deadline_a_chat_answer_ends_failed_saying_why(
     message = services.chat_message_send(session=ended, content="why?", author="alice")
     thread, result = in_thread(run_chat_message, str(message.id))
     wait_for(lambda: streaming(ended.id))
-    wait_for(lambda: has_streamed(live_pieces, ended.id))
+    wait_for(lambda: live_pieces.reached(ended.id))
     stopping(grace_left=0)
     thread.join(timeout=10)
 

@@ -210,7 +210,7 @@ def test_at_the_deadline_every_session_of_the_worker_ends_failed_saying_why(
     # Each answer has begun: its item exists and its first word has streamed (an item
     # can exist a moment before its first word; stopped then, it has no text to keep).
     wait_for(lambda: all(streaming(s) for s in sessions))
-    wait_for(lambda: {p.session_id for p in live_pieces} >= {str(s.id) for s in sessions})
+    wait_for(lambda: live_pieces.reached(*(s.id for s in sessions)))
     stopping(grace_left=0)
 
     wait_for(lambda: ended(*sessions), timeout=10)
