@@ -9,7 +9,16 @@ class AgentsConfig(AppConfig):
 
     def ready(self) -> None:
         # Parse tarsy.yaml at start-up: a broken config stops every process (daphne,
-        # qcluster, manage.py) with a message naming the file and key.
-        from config.loader import get_config
+        # qcluster, manage.py) with a message naming the file and key; ``manage.py check``
+        # reports it as a system check error instead (agents/checks.py).
+        import sys
 
-        get_config()
+        from agents import checks
+        from config.loader import ConfigError, get_config
+
+        try:
+            get_config()
+        except ConfigError as error:
+            if sys.argv[1:2] != ["check"]:
+                raise SystemExit(f"TARSy's configuration is not valid:\n{error}") from None
+            checks.LOAD_ERROR.append(error)

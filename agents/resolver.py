@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from config.providers import default_provider
+from config.loader import get_config
+from config.providers import default_provider, provider_rows
 from config.types import (
     ITERATING_TYPES,
     AgentConfig,
@@ -45,6 +47,10 @@ class ResolutionError(Exception):
     """An agent cannot run as configured; the message says what to fix."""
 
 
+class ProviderMissing(ResolutionError):
+    """The provider is not there (or disabled): admin may still add or enable it."""
+
+
 @dataclass(frozen=True)
 class ProviderChoice:
     """A provider row resolved to the backend that drives it."""
@@ -69,8 +75,15 @@ class AgentSettings:
     mcp_servers: tuple[str, ...]
     llm_provider: str | None  # None: the provider marked default in admin
     llm_backend: str | None  # None: the provider type's default backend
+    # Whether the backend was chosen with the provider (at its level or a narrower one).
+    # A backend inherited from a wider level that cannot drive the provider gives way
+    # to the provider type's own (an OpenAI executive_summary_provider under a chain on
+    # google-native runs on langchain); a chosen one that cannot is an error.
+    backend_pinned: bool = True
     fallback_providers: tuple[FallbackProvider, ...] = ()
     native_tools: tuple[str, ...] | None = None  # None: the provider's own setting
+    # The agent's own switches (TARSy's mapping form), over the provider's tools.
+    agent_native_tools: dict[str, bool] | None = None
     sub_agents: tuple[SubAgentRef, ...] = ()  # empty: the agent dispatches none
     orchestrator: OrchestratorConfig = dataclasses.field(default_factory=OrchestratorConfig)
     # The alert's ``mcp`` override: its choice of tools per server (None: all of them),
@@ -108,19 +121,41 @@ def _last_set(*values):
     return chosen
 
 
-def _orchestrator(config: TarsyConfig, agent: AgentConfig) -> OrchestratorConfig:
+def _orchestrator(
+    config: TarsyConfig, agent: AgentConfig, here: OrchestratorConfig | None = None
+) -> OrchestratorConfig:
     defaults, own = config.defaults.orchestrator, agent.orchestrator or OrchestratorConfig()
+    here = here or OrchestratorConfig()
     return OrchestratorConfig(
-        max_concurrent_agents=own.max_concurrent_agents or defaults.max_concurrent_agents,
-        agent_timeout=own.agent_timeout or defaults.agent_timeout,
-        max_budget=own.max_budget or defaults.max_budget,
+        max_concurrent_agents=here.max_concurrent_agents
+        or own.max_concurrent_agents
+        or defaults.max_concurrent_agents,
+        agent_timeout=here.agent_timeout or own.agent_timeout or defaults.agent_timeout,
+        max_budget=here.max_budget or own.max_budget or defaults.max_budget,
     )
+
+
+def _level(*values) -> int:
+    """The index of the last value set (-1: none)."""
+    return max((index for index, value in enumerate(values) if value is not None), default=-1)
 
 
 def stage_agent_settings(
     config: TarsyConfig, chain: ChainConfig, stage: StageConfig, stage_agent: StageAgentConfig
 ) -> AgentSettings:
     agent = config.agents[stage_agent.name]
+    providers = (
+        config.defaults.llm_provider,
+        agent.llm_provider,
+        chain.llm_provider,
+        stage_agent.llm_provider,
+    )
+    backends = (
+        config.defaults.llm_backend,
+        agent.llm_backend,
+        chain.llm_backend,
+        stage_agent.llm_backend,
+    )
     return AgentSettings(
         name=agent.name,
         type=agent.type,
@@ -133,33 +168,33 @@ def stage_agent_settings(
             stage.max_iterations,
             stage_agent.max_iterations,
         ),
-        mcp_servers=_last_set(agent.mcp_servers, chain.mcp_servers, stage_agent.mcp_servers) or (),
-        llm_provider=_last_set(
-            config.defaults.llm_provider,
-            agent.llm_provider,
-            chain.llm_provider,
-            stage_agent.llm_provider,
-        ),
-        llm_backend=_last_set(
-            config.defaults.llm_backend,
-            agent.llm_backend,
-            chain.llm_backend,
-            stage_agent.llm_backend,
-        ),
+        mcp_servers=_last_set(
+            agent.mcp_servers, chain.mcp_servers, stage.mcp_servers, stage_agent.mcp_servers
+        )
+        or (),
+        llm_provider=_last_set(*providers),
+        llm_backend=_last_set(*backends),
+        backend_pinned=_level(*backends) >= _level(*providers),
         fallback_providers=_last_set(
             config.defaults.fallback_providers,
             agent.fallback_providers,
             chain.fallback_providers,
+            stage.fallback_providers,
             stage_agent.fallback_providers,
         )
         or (),
         native_tools=agent.native_tools,
-        # The most specific list wins: stage-agent, then stage, then chain.
-        sub_agents=next(
-            (refs for refs in (stage_agent.sub_agents, stage.sub_agents, chain.sub_agents) if refs),
-            (),
+        agent_native_tools=agent.native_tool_switches,
+        # The most specific list wins: stage-agent, then stage, then chain; of it, the
+        # agents with a description (an empty catalog leaves a plain agent, as in TARSy).
+        sub_agents=tuple(
+            ref
+            for ref in next(
+                (r for r in (stage_agent.sub_agents, stage.sub_agents, chain.sub_agents) if r), ()
+            )
+            if config.agents[ref.name].description
         ),
-        orchestrator=_orchestrator(config, agent),
+        orchestrator=_orchestrator(config, agent, stage_agent.orchestrator),
     )
 
 
@@ -188,7 +223,13 @@ def exec_summary_settings(config: TarsyConfig, chain: ChainConfig) -> AgentSetti
 def sub_agent_settings(config: TarsyConfig, chain: ChainConfig, ref: SubAgentRef) -> AgentSettings:
     """A dispatched agent: its own definition under the chain, the ref's iteration cap.
     Depth is one: it dispatches nothing itself."""
-    step = StageAgentConfig(name=ref.name, max_iterations=ref.max_iterations)
+    step = StageAgentConfig(
+        name=ref.name,
+        max_iterations=ref.max_iterations,
+        llm_provider=ref.llm_provider,
+        llm_backend=ref.llm_backend,
+        mcp_servers=ref.mcp_servers,
+    )
     stage = StageConfig(name="sub-agent", agents=(step,))
     return dataclasses.replace(stage_agent_settings(config, chain, stage, step), sub_agents=())
 
@@ -203,7 +244,9 @@ def stage_settings(
 
 def resolve(config: TarsyConfig, settings: AgentSettings) -> ResolvedAgent:
     """Attach providers and MCP servers; ``ResolutionError`` says what is missing."""
-    choice = provider_choice(settings.llm_provider, settings.llm_backend, settings.name)
+    choice = provider_choice(
+        settings.llm_provider, settings.llm_backend, settings.name, pinned=settings.backend_pinned
+    )
     fallbacks = []
     for fallback in settings.fallback_providers:
         try:
@@ -218,6 +261,10 @@ def resolve(config: TarsyConfig, settings: AgentSettings) -> ResolvedAgent:
                 c, config=dataclasses.replace(c.config, native_tools=settings.native_tools)
             )
             for c in (choice, *fallbacks)
+        ]
+    if settings.agent_native_tools:
+        choice, *fallbacks = [
+            _switch_native_tools(c, settings.agent_native_tools) for c in (choice, *fallbacks)
         ]
     if settings.native_tool_switches:
         choice, *fallbacks = [
@@ -270,40 +317,64 @@ def with_alert_selection(settings: AgentSettings, selection: dict) -> AgentSetti
     )
 
 
-def provider_choice(name: str | None, backend: str | None, agent_name: str) -> ProviderChoice:
-    row = default_provider(name, LLMProvider.objects.all())
+def provider_choice(
+    name: str | None, backend: str | None, agent_name: str, *, pinned: bool = True
+) -> ProviderChoice:
+    """``pinned``: the backend was chosen with the provider (AgentSettings.backend_pinned);
+    one that was not, and cannot drive it, gives way to the provider type's default."""
+    row, backend = pick_provider(
+        provider_rows(get_config()), name, backend, agent_name, pinned=pinned
+    )
+    return ProviderChoice(row.to_config(), backend, get_backend(backend))
+
+
+def pick_provider(
+    rows: Sequence[LLMProvider],
+    name: str | None,
+    backend: str | None,
+    agent_name: str,
+    *,
+    pinned: bool = True,
+) -> tuple[LLMProvider, str]:
+    """The provider row and the backend that drives it; ``ResolutionError`` says why
+    none can. Pure: ``manage.py check`` asks it of every LLM use before any runs."""
+    row = default_provider(name, rows)
     if name:
         if row is None:
-            known = ", ".join(LLMProvider.objects.values_list("name", flat=True)) or "none"
-            raise ResolutionError(
+            known = ", ".join(sorted(row.name for row in rows)) or "none"
+            raise ProviderMissing(
                 f"LLM provider {name!r} (used by {agent_name}) does not exist; "
-                f"providers: {known}. Add it in {ADMIN}"
+                f"providers: {known}. Add it in {ADMIN} or llm-providers.yaml"
             )
         if not row.enabled:
-            raise ResolutionError(
+            raise ProviderMissing(
                 f"LLM provider {name!r} (used by {agent_name}) is disabled; enable it in {ADMIN}"
             )
     else:
         if row is None:
-            raise ResolutionError(
+            raise ProviderMissing(
                 f"No LLM provider is configured: mark one as default in {ADMIN} or set "
                 "defaults.llm_provider in tarsy.yaml"
             )
         if not row.enabled:
-            raise ResolutionError(
+            raise ProviderMissing(
                 f"The default LLM provider {row.name!r} is disabled: enable it, or mark "
                 f"another provider as default, in {ADMIN}"
             )
-    backend = backend or row.default_backend()
     allowed = BACKENDS_FOR_TYPE[row.type]
+    if backend is None or (backend not in allowed and not pinned):
+        backend = row.default_backend()
     if backend not in allowed:
         raise ResolutionError(
-            f"llm_backend {backend!r} cannot drive provider {row.name!r} of type {row.type!r}; "
-            f"allowed: {', '.join(allowed)}"
+            f"llm_backend {backend!r} cannot drive provider {row.name!r} of type {row.type!r} "
+            f"(used by {agent_name}); allowed: {', '.join(allowed)}"
         )
-    return ProviderChoice(row.to_config(), backend, get_backend(backend))
+    return row, backend
 
 
 def sub_agent_catalog(config: TarsyConfig, settings: AgentSettings) -> list[AgentConfig]:
-    """The agents ``settings`` may dispatch, in the order configured."""
-    return [config.agents[ref.name] for ref in settings.sub_agents]
+    """The agents ``settings`` may dispatch, in the order configured: those with a
+    description (the dispatching agent chooses by it; ``manage.py check`` warns of the
+    rest, as TARSy leaves them out)."""
+    agents = (config.agents[ref.name] for ref in settings.sub_agents)
+    return [agent for agent in agents if agent.description]

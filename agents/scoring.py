@@ -33,7 +33,7 @@ from agents.recorder import Recorder, db
 from agents.resolver import AgentSettings, ResolutionError, resolve, stage_agent_settings
 from agents.runs import RunControl
 from config.loader import get_config
-from config.types import StageAgentConfig, StageConfig
+from config.types import ChainConfig, StageAgentConfig, StageConfig, TarsyConfig
 from llm.demo_script import INVESTIGATION_TO_SCORE, TOOL_REPORT_REQUEST
 from llm.types import ConversationMessage, Role
 from sessions.models import (
@@ -277,17 +277,25 @@ class ScoringController(SingleShotController):
 
 
 def scoring_settings(session: AlertSession) -> AgentSettings:
-    """The chain's scoring agent with the hierarchy applied (defaults → agent → chain →
-    the chain's ``scoring`` block); no tools."""
+    """The session's chain's scoring agent (``chain_scoring_settings``)."""
     config = get_config()
     chain = config.chains.get(session.chain_id)
     if chain is None:
         raise ResolutionError(
             f"chain {session.chain_id!r} is no longer configured in {config.source}"
         )
+    return chain_scoring_settings(config, chain)
+
+
+def chain_scoring_settings(config: TarsyConfig, chain: ChainConfig) -> AgentSettings:
+    """The chain's scoring agent with the hierarchy applied (defaults → agent → chain →
+    defaults.scoring → the chain's ``scoring`` block); no tools."""
     scoring = chain.scoring
     step = StageAgentConfig(
-        name=scoring.agent, llm_provider=scoring.llm_provider, llm_backend=scoring.llm_backend
+        name=scoring.agent,
+        llm_provider=scoring.llm_provider,
+        llm_backend=scoring.llm_backend,
+        max_iterations=scoring.max_iterations,
     )
     stage = StageConfig(name="Scoring", agents=(step,))
     return dataclasses.replace(

@@ -244,3 +244,14 @@ Key = Annotated[str, PlainValidator(str)]
 # Values of an MCP server's env and headers: any scalar, as text.
 EnvValue = Annotated[str, PlainValidator(lambda value: expand(str(value)))]
 HeaderValue = Annotated[str, PlainValidator(lambda value: expand(str(value), keep_session_id=True))]
+
+
+def key_path(loc: tuple[str | int, ...]) -> str:
+    """``("agents", "X", "mcp_servers", 0)`` → ``agents.X.mcp_servers[0]``."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part != "[key]":  # pydantic's mark of a mapping's key; the path names it
+            path += f".{part}" if path else part
+    return path

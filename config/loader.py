@@ -1,6 +1,7 @@
-"""Load and validate tarsy.yaml.
+"""Load and validate tarsy.yaml (and, in a TARSy config directory, llm-providers.yaml).
 
-The file is read with the size and depth bounds of ``masking.bounded``, validated by the
+``TARSY_CONFIG`` names a tarsy.yaml, or a directory in TARSy's layout: ``tarsy.yaml``,
+optionally ``llm-providers.yaml`` and ``skills/``. Each file is read with the size and depth bounds of ``masking.bounded``, validated by the
 schema (config/schema.py), and handed to the rest of TARSy as frozen dataclasses
 (config/types.py). Every mistake stops start-up with a message naming the file, the key
 and what is allowed, e.g. ``tarsy.yaml: agents.KubernetesAgent.mcp_servers[0]: unknown MCP
@@ -17,13 +18,12 @@ from django.conf import settings
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from config.fields import PROBLEM
-from config.references import validate_references
-from config.schema import TarsyFile
-from config.types import TarsyConfig
+from config.fields import PROBLEM, key_path
+from config.schema import ProvidersFile, TarsyFile
+from config.types import FileProvider, TarsyConfig
 from masking.bounded import UnsafeInput, load_yaml
 
-__all__ = ["ConfigError", "get_config", "load_config", "validate_references"]
+__all__ = ["ConfigError", "get_config", "load_config"]
 
 
 class ConfigError(ValueError):
@@ -34,26 +34,62 @@ class ConfigError(ValueError):
 CONFIG_CHARS = 4 * 1024 * 1024
 
 
+TARSY_FILE = "tarsy.yaml"
+PROVIDERS_FILE = "llm-providers.yaml"
+
+
 def load_config(path: str | Path) -> TarsyConfig:
+    """``path``: a tarsy.yaml, or a TARSy config directory holding one."""
     path = Path(path)
+    providers: dict[str, FileProvider] = {}
+    if path.is_dir():
+        providers_path = path / PROVIDERS_FILE
+        if providers_path.exists():
+            providers = load_providers(providers_path)
+        source = str(path / TARSY_FILE)
+        path = path / TARSY_FILE
+    else:
+        source = path.name
+    raw = _read(path, f"set TARSY_CONFIG to a {TARSY_FILE} or a directory holding one")
+    return parse_config(raw, source, providers)
+
+
+def _read(path: Path, hint: str) -> object:
     try:
-        raw = load_yaml(path.read_text(), what=str(path), max_chars=CONFIG_CHARS)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found (set TARSY_CONFIG to a tarsy.yaml)") from None
+        return load_yaml(path.read_text(), what=str(path), max_chars=CONFIG_CHARS)
+    except (FileNotFoundError, NotADirectoryError):
+        raise ConfigError(f"{path}: file not found ({hint})") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory ({hint})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text: is this the right file?") from None
     except UnsafeInput as exc:
         raise ConfigError(f"{exc}: is this the right file?") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    return parse_config(raw, path.name)
 
 
-def parse_config(raw: object, source: str) -> TarsyConfig:
+def load_providers(path: Path) -> dict[str, FileProvider]:
+    """``llm-providers.yaml``: its providers by name."""
+    raw = _read(path, "TARSy's llm-providers.yaml, next to tarsy.yaml")
+    try:
+        file = ProvidersFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(error_message(str(path), exc)) from None
+    return {
+        name: provider.build_named(name, path.name) for name, provider in file.llm_providers.items()
+    }
+
+
+def parse_config(
+    raw: object, source: str, providers: dict[str, FileProvider] | None = None
+) -> TarsyConfig:
     """A loaded YAML document (None: an empty file) as configuration from ``source``."""
     try:
         file = TarsyFile.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(error_message(source, exc)) from None
-    return file.to_config(source)
+    return file.to_config(source, providers)
 
 
 @cache
@@ -68,17 +104,6 @@ def error_message(source: str, error: ValidationError) -> str:
         key = key_path(detail["loc"])
         lines.append(f"{source}: {key + ': ' if key else ''}{_what(detail)}")
     return "\n".join(dict.fromkeys(lines))
-
-
-def key_path(loc: tuple[str | int, ...]) -> str:
-    """``("agents", "X", "mcp_servers", 0)`` → ``agents.X.mcp_servers[0]``."""
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        elif part != "[key]":  # pydantic's mark of a mapping's key; the path names it
-            path += f".{part}" if path else part
-    return path
 
 
 def _what(detail: ErrorDetails) -> str:

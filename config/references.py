@@ -1,14 +1,15 @@
-"""What tarsy.yaml names: of itself (agents, MCP servers, alert types; checked when the
-file loads, by ``TarsyFile``'s validator) and outside itself (LLM providers, rows in
-Django admin, and backends; checked by ``manage.py check``, which has a database)."""
+"""What tarsy.yaml names of itself (agents, MCP servers, alert types), checked when the
+file loads by ``TarsyFile``'s validator; and what loads but may not do what was meant
+(warnings). What it names outside itself (LLM providers) is checked by ``manage.py
+check`` (agents/checks.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from config.fields import Loc, Problem
-from config.types import ITERATING_TYPES, SCORING, SYNTHESIS, FallbackProvider, TarsyConfig
+from config.types import ITERATING_TYPES, SCORING, SYNTHESIS
 
 if TYPE_CHECKING:
     from config.schema import AgentSchema, ChainSchema, SubAgentSchema, TarsyFile
@@ -40,7 +41,10 @@ def file_problems(file: TarsyFile) -> list[Problem]:
             handled_by.setdefault(alert_type, chain_id)
         check_servers((*at, "mcp_servers"), chain.mcp_servers)
         check_servers((*at, "chat", "mcp_servers"), chain.chat.mcp_servers)
+        if chain.scoring is not None:
+            check_servers((*at, "scoring", "mcp_servers"), chain.scoring.mcp_servers)
         for stage_index, stage in enumerate(chain.stages):
+            check_servers((*at, "stages", stage_index, "mcp_servers"), stage.mcp_servers)
             for entry_loc, entry in stage.entries:
                 loc = (*at, "stages", stage_index, *entry_loc)
                 if entry.name not in agents:
@@ -48,8 +52,17 @@ def file_problems(file: TarsyFile) -> list[Problem]:
                     problems.append(
                         ((*loc, "name"), f"unknown agent {entry.name!r}; defined: {defined}")
                     )
+                elif entry.type is not None and entry.type != agents[entry.name].type:
+                    kind = agents[entry.name].type or "investigation"
+                    message = f"agent {entry.name!r} is of type {kind!r}"
+                    problems.append(((*loc, "type"), message))
                 check_servers((*loc, "mcp_servers"), entry.mcp_servers)
-        problems += _agent_kinds(at, chain, agents)
+        problems += _agent_kinds(at, chain, agents, servers)
+    scoring_agent = file.defaults.scoring.agent
+    if scoring_agent and agents.get(scoring_agent, None) is None:
+        message = f"unknown agent {scoring_agent!r}; defined: {', '.join(agents)}"
+        problems.append((("defaults", "scoring", "agent"), message))
+    check_servers(("defaults", "scoring", "mcp_servers"), file.defaults.scoring.mcp_servers)
     alert_type = file.defaults.alert_type
     if alert_type not in handled_by:
         known = ", ".join(sorted(handled_by))
@@ -58,7 +71,9 @@ def file_problems(file: TarsyFile) -> list[Problem]:
     return problems
 
 
-def _agent_kinds(at: Loc, chain: ChainSchema, agents: Mapping[str, AgentSchema]) -> list[Problem]:
+def _agent_kinds(
+    at: Loc, chain: ChainSchema, agents: Mapping[str, AgentSchema], servers: Mapping[str, object]
+) -> list[Problem]:
     """The agents a chain names for a role are of the kind the role needs."""
     problems: list[Problem] = []
 
@@ -68,9 +83,11 @@ def _agent_kinds(at: Loc, chain: ChainSchema, agents: Mapping[str, AgentSchema])
             known = ", ".join(sorted(n for n, a in agents.items() if a.type in kinds))
             problems.append((loc, f"{name!r} is not {kind} agent; {role} agents: {known}"))
 
-    chat, scoring = chain.chat, chain.scoring
+    chat = chain.chat
     check_role((*at, "chat", "agent"), chat.agent, ITERATING_TYPES, "an iterating", "chat")
-    check_role((*at, "scoring", "agent"), scoring.agent, (SCORING,), "a scoring", "scoring")
+    if chain.scoring is not None and chain.scoring.agent:
+        agent = chain.scoring.agent
+        check_role((*at, "scoring", "agent"), agent, (SCORING,), "a scoring", "scoring")
     refs: list[tuple[Loc, tuple[SubAgentSchema, ...] | None]] = [
         ((*at, "sub_agents"), chain.sub_agents),
         ((*at, "chat", "sub_agents"), chain.chat.sub_agents),
@@ -94,6 +111,11 @@ def _agent_kinds(at: Loc, chain: ChainSchema, agents: Mapping[str, AgentSchema])
             problem = _sub_agent_problem(ref.name, agents)
             if problem is not None:
                 problems.append(((*loc, index), problem))
+            for server_index, server in enumerate(ref.mcp_servers or ()):
+                if server not in servers:
+                    defined = ", ".join(servers) or "none"
+                    message = f"unknown MCP server {server!r}; defined: {defined}"
+                    problems.append(((*loc, index, "mcp_servers", server_index), message))
     return problems
 
 
@@ -103,90 +125,42 @@ def _sub_agent_problem(name: str, agents: Mapping[str, AgentSchema]) -> str | No
         return f"unknown agent {name!r}; defined: {', '.join(agents)}"
     if agent.type not in ITERATING_TYPES:
         return f"{name!r} is a {agent.type} agent; sub-agents iterate with tools"
-    if not agent.description:
-        return (
-            f"agent {name!r} has no description; the dispatching agent chooses sub-agents "
-            "by their description, so give it one"
-        )
     return None
 
 
-class _Level(Protocol):
-    """Settings that may name an LLM provider and a backend."""
-
-    @property
-    def llm_provider(self) -> str | None: ...
-    @property
-    def llm_backend(self) -> str | None: ...
-
-
-# Where tarsy.yaml names a provider and a backend: (key, provider, key, backend).
-_Named = tuple[str, str | None, str, str | None]
-
-
-def _named_providers(config: TarsyConfig) -> Iterator[_Named]:
-    def level(
-        key: str, node: _Level, fallbacks: tuple[FallbackProvider, ...] | None = None
-    ) -> Iterator[_Named]:
-        yield f"{key}.llm_provider", node.llm_provider, f"{key}.llm_backend", node.llm_backend
-        for index, fallback in enumerate(fallbacks or ()):
-            item = f"{key}.fallback_providers[{index}]"
-            yield f"{item}.provider", fallback.provider, f"{item}.backend", fallback.backend
-
-    defaults = config.defaults
-    yield from level("defaults", defaults, defaults.fallback_providers)
-    yield (
-        "defaults.summarization.llm_provider",
-        defaults.summarization_provider,
-        "defaults.summarization.llm_backend",
-        defaults.summarization_backend,
-    )
-    for server in config.mcp_servers.values():
-        yield from level(f"mcp_servers.{server.id}.summarization", server.summarization)
-    for agent in config.agents.values():
-        yield from level(f"agents.{agent.name}", agent, agent.fallback_providers)
-    for chain in config.chains.values():
-        chain_key = f"agent_chains.{chain.id}"
-        yield from level(chain_key, chain, chain.fallback_providers)
-        for stage_index, stage in enumerate(chain.stages):
-            stage_key = f"{chain_key}.stages[{stage_index}]"
-            for index, step in enumerate(stage.agents):
-                yield from level(f"{stage_key}.agents[{index}]", step, step.fallback_providers)
-            if stage.synthesis is not None:
-                yield from level(f"{stage_key}.synthesis", stage.synthesis)
-        yield from level(f"{chain_key}.chat", chain.chat)
-        yield from level(f"{chain_key}.scoring", chain.scoring)
-        summary_key = f"{chain_key}.executive_summary_provider"
-        yield summary_key, chain.executive_summary_provider, "", None
+def file_warnings(file: TarsyFile) -> list[Problem]:
+    """What loads but may not do what was meant: said by ``manage.py check`` and the
+    System page, never a reason to refuse the file (TARSy accepts all of it)."""
+    warnings: list[Problem] = []
+    for loc, refs in _sub_agent_refs(file):
+        for index, ref in enumerate(refs):
+            agent = file.agents.get(ref.name)
+            if agent is not None and not agent.description:
+                message = (
+                    f"agent {ref.name!r} has no description, so it is left out of the "
+                    "sub-agents offered (the dispatching agent chooses by description); "
+                    "give it one"
+                )
+                warnings.append(((*loc, index), message))
+    if file.defaults.memory is not None and file.defaults.memory.enabled:
+        warnings.append((("defaults", "memory"), UNBUILT.format(what="investigation memory")))
+    for name, agent in file.agents.items():
+        if agent.skills is not None or agent.required_skills:
+            warnings.append((("agents", name, "skills"), UNBUILT.format(what="skills")))
+    if file.system.holidays:
+        warnings.append((("system", "holidays"), UNBUILT.format(what="the calendar context")))
+    return warnings
 
 
-def validate_references(
-    config: TarsyConfig,
-    *,
-    provider_names: set[str],
-    has_default_provider: bool,
-    backend_names: list[str],
-) -> list[str]:
-    """Check what tarsy.yaml names outside itself: providers (admin rows) and backends.
-    ``has_default_provider``: whether an enabled default provider exists
-    (``config.providers.default_provider``)."""
-    problems = []
-    where = config.source
-    for provider_key, provider, backend_key, backend in _named_providers(config):
-        if provider is not None and provider not in provider_names:
-            known = ", ".join(sorted(provider_names)) or "none (add one in Django admin)"
-            problems.append(
-                f"{where}: {provider_key}: unknown provider {provider!r}; "
-                f"enabled providers: {known}"
-            )
-        if backend is not None and backend not in backend_names:
-            problems.append(
-                f"{where}: {backend_key}: unknown backend {backend!r}; "
-                f"allowed: {', '.join(backend_names)}"
-            )
-    if config.defaults.llm_provider is None and not has_default_provider:
-        problems.append(
-            f"{where}: defaults.llm_provider is not set and no LLM provider is marked "
-            "default in Django admin; set one of them"
-        )
-    return problems
+UNBUILT = "accepted; {what} is not built in this version yet, so this has no effect"
+
+
+def _sub_agent_refs(file: TarsyFile) -> Iterator[tuple[Loc, tuple[SubAgentSchema, ...]]]:
+    for chain_id, chain in file.agent_chains.items():
+        at: Loc = ("agent_chains", chain_id)
+        yield (*at, "sub_agents"), chain.sub_agents or ()
+        yield (*at, "chat", "sub_agents"), chain.chat.sub_agents or ()
+        for index, stage in enumerate(chain.stages):
+            yield (*at, "stages", index, "sub_agents"), stage.sub_agents or ()
+            for loc, entry in stage.entries:
+                yield (*at, "stages", index, *loc, "sub_agents"), entry.sub_agents or ()

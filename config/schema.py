@@ -18,15 +18,24 @@ from pydantic import (
     BeforeValidator,
     Field,
     PlainValidator,
+    PrivateAttr,
     field_validator,
     model_validator,
 )
 
 from config.builtin import (
     CHAT_INSTRUCTIONS,
+    CODE_EXECUTOR_INSTRUCTIONS,
     EXEC_SUMMARY_INSTRUCTIONS,
+    GENERAL_WORKER_INSTRUCTIONS,
+    KUBERNETES_CHAIN,
+    KUBERNETES_INSTRUCTIONS,
+    KUBERNETES_SERVER,
     SCORING_INSTRUCTIONS,
     SYNTHESIS_INSTRUCTIONS,
+    WEB_RESEARCHER_DESCRIPTION,
+    WEB_RESEARCHER_INSTRUCTIONS,
+    kubernetes_server,
 )
 from config.fields import (
     Duration,
@@ -44,13 +53,14 @@ from config.fields import (
     check,
     fail,
     fail_at,
+    key_path,
     list_of,
     mapping_of,
     one_of,
     or_default,
     required_list,
 )
-from config.references import file_problems
+from config.references import file_problems, file_warnings
 from config.types import (
     ACTION,
     EXEC_SUMMARY,
@@ -59,6 +69,7 @@ from config.types import (
     SUCCESS_POLICIES,
     SYNTHESIS,
     AgentConfig,
+    AlertMasking,
     ChainConfig,
     ChatConfig,
     CostEstimation,
@@ -66,10 +77,13 @@ from config.types import (
     DataMasking,
     Defaults,
     FallbackProvider,
+    FileProvider,
     HttpTransport,
     MCPServerConfig,
     ModelRate,
     OrchestratorConfig,
+    QueueConfig,
+    RetentionConfig,
     RunbooksConfig,
     ScoringConfig,
     SlackConfig,
@@ -82,6 +96,7 @@ from config.types import (
     SystemConfig,
     TarsyConfig,
 )
+from llm.registry import backend_names
 from llm.types import NATIVE_TOOLS
 from masking.patterns import KNOWN_PATTERNS, PATTERN_GROUPS
 
@@ -129,6 +144,34 @@ def _http_url(url: str) -> str | None:
 AgentType = Annotated[str, PlainValidator(_agent_type)]
 Policy = Annotated[Text, one_of(SUCCESS_POLICIES, "success policy")]
 NativeTool = Annotated[Text, one_of(NATIVE_TOOLS, "native tool")]
+Backend = Annotated[Text, one_of(tuple(backend_names()), "backend")]
+
+
+def _native_tools(value: Any) -> tuple[str, ...] | dict[str, bool]:
+    """A list of tools (ours: these and no others) or TARSy's mapping of tools to
+    true/false (each one switched on or off, the rest as the provider says)."""
+    problems: list[tuple[Loc, str]] = []
+    allowed = ", ".join(NATIVE_TOOLS)
+    if isinstance(value, dict):
+        for tool, on in value.items():
+            if tool not in NATIVE_TOOLS:
+                problems.append(((str(tool),), f"unknown native tool {tool!r}; allowed: {allowed}"))
+            elif not isinstance(on, bool):
+                problems.append(((str(tool),), f"expected true or false, got {on!r}"))
+        if problems:
+            fail_at(problems)
+        return dict(value)
+    if not isinstance(value, list | tuple):
+        fail("expected a list of native tools or a mapping of native tools to true/false")
+    for index, tool in enumerate(value):
+        if tool not in NATIVE_TOOLS:
+            problems.append(((index,), f"unknown native tool {tool!r}; allowed: {allowed}"))
+    if problems:
+        fail_at(problems)
+    return tuple(value)
+
+
+NativeTools = Annotated[tuple[str, ...] | dict[str, bool], PlainValidator(_native_tools)]
 PatternGroup = Annotated[Text, one_of(tuple(PATTERN_GROUPS), "pattern group")]
 Pattern = Annotated[Text, one_of(KNOWN_PATTERNS, "pattern")]
 
@@ -144,7 +187,7 @@ class FallbackSchema(Schema):
     target = FallbackProvider
     shorthand = "provider"
     provider: Text
-    backend: Text | None = None
+    backend: Backend | None = None
 
 
 class SubAgentSchema(Schema):
@@ -152,6 +195,11 @@ class SubAgentSchema(Schema):
     shorthand = "name"
     name: Text
     max_iterations: PositiveInt | None = None
+    llm_provider: Text | None = None
+    llm_backend: Backend | None = None
+    mcp_servers: Texts | None = None
+    skills: Texts | None = None  # skills (issue 21): accepted
+    required_skills: Texts = ()
 
 
 Fallbacks = Annotated[tuple[FallbackSchema, ...], list_of("providers")]
@@ -166,14 +214,30 @@ class StdioTransportSchema(Schema):
     env: Annotated[dict[Key, EnvValue], mapping_of("names to values")] = {}
 
 
+Headers = Annotated[dict[Key, HeaderValue], mapping_of("header names to values")]
+
+
 class HttpTransportSchema(Schema):
-    target = HttpTransport
     type: Literal["http", "sse"]
     url: Annotated[Text, check(_http_url)]
     bearer_token_env: Text = ""
-    headers: Annotated[dict[Key, HeaderValue], mapping_of("header names to values")] = {}
+    # TARSy's literal token (``{{.ENV}}``-templated as a rule).
+    bearer_token: Text = ""
+    headers: Headers = {}
+    custom_headers: Headers = {}  # TARSy's name for ``headers``
     verify_ssl: Flag = HttpTransport.verify_ssl
     timeout: Duration = HttpTransport.timeout
+    session_cleanup_url: Annotated[HeaderValue, check(lambda url: url and _http_url(url))] = ""
+
+    @model_validator(mode="after")
+    def _one_token(self) -> Self:
+        if self.bearer_token and self.bearer_token_env:
+            message = "set bearer_token or bearer_token_env, not both"
+            fail_at([(("bearer_token",), message)])
+        return self
+
+    def build(self) -> HttpTransport:
+        return build(self, HttpTransport, headers={**self.headers, **self.custom_headers})
 
 
 def _transport(raw: Any) -> Any:
@@ -209,7 +273,7 @@ class SummarizationSchema(Schema):
     size_threshold_tokens: PositiveInt = Summarization.size_threshold_tokens
     summary_max_token_limit: PositiveInt = Summarization.summary_max_token_limit
     llm_provider: Text | None = None
-    llm_backend: Text | None = None
+    llm_backend: Backend | None = None
 
 
 class McpServerSchema(Schema):
@@ -232,15 +296,24 @@ class AgentSchema(Schema):
     mcp_servers: Texts = ()
     custom_instructions: Text = ""
     max_iterations: PositiveInt | None = None
-    llm_backend: Text | None = None
+    llm_backend: Backend | None = None
     llm_provider: Text | None = None
     fallback_providers: Fallbacks | None = None
     # Gemini native tools for this agent; None: the provider's own setting.
-    native_tools: Annotated[tuple[NativeTool, ...], list_of("strings")] | None = None
+    native_tools: NativeTools | None = None
     orchestrator: OrchestratorSchema | None = None
+    skills: Texts | None = None  # skills (issue 21): accepted
+    required_skills: Texts = ()
 
     def build_named(self, name: str) -> AgentConfig:
-        return build(self, AgentConfig, name=name)
+        tools = self.native_tools
+        return build(
+            self,
+            AgentConfig,
+            name=name,
+            native_tools=tools if isinstance(tools, tuple) else None,
+            native_tool_switches=tools if isinstance(tools, dict) else None,
+        )
 
 
 # Agents every configuration has; a tarsy.yaml entry of the same name replaces one.
@@ -264,6 +337,30 @@ BUILTIN_AGENTS = {
         description="Scores the quality of a completed investigation.",
         custom_instructions=SCORING_INSTRUCTIONS,
     ),
+    # TARSy's built-in agents, under its names and with its tools.
+    "KubernetesAgent": AgentSchema(
+        description="Kubernetes-specialized agent",
+        mcp_servers=(KUBERNETES_SERVER,),
+        custom_instructions=KUBERNETES_INSTRUCTIONS,
+    ),
+    "GeneralWorker": AgentSchema(
+        description=(
+            "General-purpose agent for analysis, summarization, reasoning, and other tasks"
+        ),
+        custom_instructions=GENERAL_WORKER_INSTRUCTIONS,
+    ),
+    "WebResearcher": AgentSchema(
+        description=WEB_RESEARCHER_DESCRIPTION,
+        llm_backend="google-native",
+        native_tools={"google_search": True, "url_context": True, "code_execution": False},
+        custom_instructions=WEB_RESEARCHER_INSTRUCTIONS,
+    ),
+    "CodeExecutor": AgentSchema(
+        description="Executes Python code for computation, data analysis, and calculations",
+        llm_backend="google-native",
+        native_tools={"google_search": False, "url_context": False, "code_execution": True},
+        custom_instructions=CODE_EXECUTOR_INSTRUCTIONS,
+    ),
 }
 
 
@@ -275,19 +372,25 @@ class StageAgentSchema(Schema):
     target = StageAgentConfig
     shorthand = "name"
     name: Text
+    # TARSy lets a stage agent restate its agent's type; it must agree (checked there).
+    type: AgentType | None = None
+    skills: Texts | None = None  # skills (issue 21): accepted
+    required_skills: Texts = ()
     llm_provider: Text | None = None
-    llm_backend: Text | None = None
+    llm_backend: Backend | None = None
     max_iterations: PositiveInt | None = None
     mcp_servers: Texts | None = None
     fallback_providers: Fallbacks | None = None
     sub_agents: SubAgents | None = None
+    # The guardrails of this agent's sub-agents here (over the agent's own).
+    orchestrator: OrchestratorSchema | None = None
 
 
 class SynthesisSchema(Schema):
     target = SynthesisConfig
     agent: Annotated[Text, or_default(SynthesisConfig.agent)] = SynthesisConfig.agent
     llm_provider: Text | None = None
-    llm_backend: Text | None = None
+    llm_backend: Backend | None = None
 
 
 class StageSchema(Schema):
@@ -297,6 +400,8 @@ class StageSchema(Schema):
     ) = None
     agent: StageAgentSchema | None = None  # one agent: ``agent: X`` for ``agents: [X]``
     max_iterations: PositiveInt | None = None
+    mcp_servers: Texts | None = None
+    fallback_providers: Fallbacks | None = None
     replicas: PositiveInt = 1
     success_policy: Policy | None = None  # None: defaults.success_policy
     synthesis: SynthesisSchema | None = None  # None: SynthesisAgent
@@ -330,20 +435,28 @@ class ChatSchema(Schema):
     enabled: Flag = ChatConfig.enabled
     agent: Annotated[Text, or_default(ChatConfig.agent)] = ChatConfig.agent
     llm_provider: Text | None = None
-    llm_backend: Text | None = None
+    llm_backend: Backend | None = None
     mcp_servers: Texts | None = None
     max_iterations: PositiveInt | None = None
     sub_agents: SubAgents | None = None
 
 
 class ScoringSchema(Schema):
-    """Scoring of a completed session; off unless enabled."""
+    """Scoring of a completed session; off unless enabled. Unset keys come from
+    ``defaults.scoring``, then the built-in ScoringAgent."""
 
-    target = ScoringConfig
     enabled: Flag = ScoringConfig.enabled
-    agent: Annotated[Text, or_default(ScoringConfig.agent)] = ScoringConfig.agent
+    agent: Text | None = None
     llm_provider: Text | None = None
-    llm_backend: Text | None = None
+    llm_backend: Backend | None = None
+    mcp_servers: Texts | None = None
+    max_iterations: PositiveInt | None = None
+
+    def over(self, base: ScoringConfig) -> ScoringConfig:
+        """These settings over ``base``, key by key."""
+        own = {name: getattr(self, name) for name in self.model_fields_set}
+        own = {name: value for name, value in own.items() if value not in (None, "")}
+        return dataclasses.replace(base, **own)
 
 
 class ChainSchema(Schema):
@@ -355,41 +468,74 @@ class ChainSchema(Schema):
         (), validate_default=True
     )
     llm_provider: Text | None = None
-    llm_backend: Text | None = None
+    llm_backend: Backend | None = None
     max_iterations: PositiveInt | None = None
     mcp_servers: Texts | None = None
     fallback_providers: Fallbacks | None = None
     executive_summary_provider: Text | None = None
     sub_agents: SubAgents | None = None
     chat: ChatSchema = ChatSchema()
-    scoring: ScoringSchema = ScoringSchema()
+    scoring: ScoringSchema | None = None  # None: as defaults.scoring says
 
-    def build_named(self, chain_id: str) -> ChainConfig:
-        return build(self, ChainConfig, id=chain_id)
+    def build_named(self, chain_id: str, defaults: Defaults) -> ChainConfig:
+        base = defaults.scoring
+        scoring = (
+            self.scoring.over(dataclasses.replace(base, enabled=False))
+            if self.scoring is not None
+            else base
+        )
+        return build(self, ChainConfig, id=chain_id, scoring=scoring)
 
 
 class DefaultSummarizationSchema(Schema):
     llm_provider: Text | None = None
-    llm_backend: Text | None = None
+    llm_backend: Backend | None = None
+
+
+class AlertMaskingSchema(Schema):
+    target = AlertMasking
+    enabled: Flag = AlertMasking.enabled
+    pattern_group: PatternGroup = AlertMasking.pattern_group
+
+
+class EmbeddingSchema(Schema):
+    provider: Text = ""
+    model: Text = ""
+    api_key_env: Text = ""
+    dimensions: PositiveInt | None = None
+    base_url: Text = ""
+
+
+class MemorySchema(Schema):
+    """TARSy's investigation memory (issue 21): read and validated, not used yet."""
+
+    enabled: Flag = False
+    max_inject: PositiveInt | None = None
+    reflector_memory_limit: PositiveInt | None = None
+    embedding: EmbeddingSchema = EmbeddingSchema()
 
 
 class DefaultsSchema(Schema):
-    alert_type: Text
+    alert_type: Text = Defaults.alert_type
     max_iterations: PositiveInt = Defaults.max_iterations
     llm_provider: Text | None = None
-    llm_backend: Text | None = None
+    llm_backend: Backend | None = None
     fallback_providers: Fallbacks = ()
     success_policy: Policy = Defaults.success_policy
     orchestrator: OrchestratorSchema = OrchestratorSchema()
     # Which model summarises large tool results when a server names none.
     summarization: DefaultSummarizationSchema = DefaultSummarizationSchema()
     runbook: Text = ""
+    scoring: ScoringSchema = ScoringSchema()
+    alert_masking: AlertMaskingSchema = AlertMaskingSchema()
+    memory: MemorySchema | None = None
 
     def build(self) -> Defaults:
         orchestrator: OrchestratorConfig = self.orchestrator.build()
         return build(
             self,
             Defaults,
+            scoring=self.scoring.over(ScoringConfig()),
             # Five at once unless configured, as TARSy users know it.
             orchestrator=dataclasses.replace(
                 orchestrator, max_concurrent_agents=orchestrator.max_concurrent_agents or 5
@@ -451,12 +597,28 @@ class SlackSchema(Schema):
         return self
 
 
+class RetentionSchema(Schema):
+    target = RetentionConfig
+    session_retention_days: PositiveInt | None = None
+    event_ttl: Duration | None = None
+    cleanup_interval: Duration | None = None
+
+
+class HolidaySchema(Schema):
+    date: Text  # MM-DD
+    name: Text = ""
+
+
 class SystemSchema(Schema):
     cost_estimation: CostSchema = CostSchema()
     dashboard_url: Text = ""
     github: GithubSchema = GithubSchema()
     runbooks: RunbooksSchema = RunbooksSchema()
     slack: SlackSchema = SlackSchema()
+    allowed_ws_origins: Texts = ()
+    retention: RetentionSchema = RetentionSchema()
+    # The calendar of TARSy's time context: accepted; not used yet.
+    holidays: Annotated[tuple[HolidaySchema, ...], list_of("holidays")] = ()
 
     def build(self) -> SystemConfig:
         return SystemConfig(
@@ -464,25 +626,73 @@ class SystemSchema(Schema):
             github_token_env=self.github.token_env,
             runbooks=self.runbooks.build(),
             slack=self.slack.build(),
+            allowed_ws_origins=self.allowed_ws_origins,
+            retention=self.retention.build(),
         )
+
+
+class QueueSchema(Schema):
+    """TARSy's ``queue:``; here the TARSY_* variables run the workers (QueueConfig)."""
+
+    target = QueueConfig
+    worker_count: PositiveInt | None = None
+    max_concurrent_sessions: PositiveInt | None = None
+    poll_interval: Duration | None = None
+    poll_interval_jitter: Duration | None = None
+    session_timeout: Duration | None = None
+    graceful_shutdown_timeout: Duration | None = None
+    scoring_shutdown_timeout: Duration | None = None
+    orphan_detection_interval: Duration | None = None
+    orphan_threshold: Duration | None = None
+    heartbeat_interval: Duration | None = None
 
 
 def _some_chain(chains: dict[str, ChainSchema]) -> str | None:
     return None if chains else "at least one chain is required"
 
 
+def _with_builtin_servers(servers: Any) -> Any:
+    if not isinstance(servers, dict) or KUBERNETES_SERVER in servers:
+        return servers
+    return {**servers, KUBERNETES_SERVER: kubernetes_server()}
+
+
+def _with_builtin_chain(chains: Any) -> Any:
+    """TARSy's ``kubernetes`` chain, unless the file has that id or that alert type."""
+    if not isinstance(chains, dict) or "kubernetes" in chains:
+        return chains
+    for chain in chains.values():
+        alert_types = chain.get("alert_types") if isinstance(chain, dict) else None
+        if isinstance(alert_types, list) and "kubernetes" in alert_types:
+            return chains
+    return {**chains, "kubernetes": KUBERNETES_CHAIN}
+
+
 class TarsyFile(Schema):
     """The whole file."""
 
-    defaults: DefaultsSchema = Field(default_factory=_unset, validate_default=True)
-    mcp_servers: dict[Key, McpServerSchema] = {}
+    defaults: DefaultsSchema = DefaultsSchema()
+    mcp_servers: Annotated[dict[Key, McpServerSchema], BeforeValidator(_with_builtin_servers)] = (
+        Field(default_factory=_unset, validate_default=True)
+    )
     agents: Annotated[dict[Key, AgentSchema], BeforeValidator(_with_builtins)] = Field(
         default_factory=_unset, validate_default=True
     )
-    agent_chains: Annotated[dict[Key, ChainSchema], check(_some_chain)] = Field(
-        default_factory=_unset, validate_default=True
-    )
+    agent_chains: Annotated[
+        dict[Key, ChainSchema], BeforeValidator(_with_builtin_chain), check(_some_chain)
+    ] = Field(default_factory=_unset, validate_default=True)
     system: SystemSchema = SystemSchema()
+    queue: QueueSchema = QueueSchema()
+    _written_servers: frozenset[str] = PrivateAttr(default=frozenset())
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_written(cls, data: Any, handler: Any) -> Any:
+        """Which servers the file wrote itself (the built-in one is added to the rest)."""
+        model = handler(data)
+        servers = data.get("mcp_servers") if isinstance(data, dict) else None
+        model._written_servers = frozenset(servers) if isinstance(servers, dict) else frozenset()
+        return model
 
     @field_validator("mcp_servers")
     @classmethod
@@ -506,15 +716,86 @@ class TarsyFile(Schema):
             fail_at(problems)
         return self
 
-    def to_config(self, source: str) -> TarsyConfig:
-        servers = self.mcp_servers.items()
-        chains = self.agent_chains.items()
+    def to_config(
+        self, source: str, providers: dict[str, FileProvider] | None = None
+    ) -> TarsyConfig:
+        defaults = self.defaults.build()
+        agents = {name: agent.build_named(name) for name, agent in self.agents.items()}
+        chains = {key: chain.build_named(key, defaults) for key, chain in self.agent_chains.items()}
+        used = used_servers(agents, chains)
+        servers = {
+            key: server.build_named(key)
+            for key, server in self.mcp_servers.items()
+            # The built-in server is started only where an agent in use names it.
+            if key != KUBERNETES_SERVER or key in used or KUBERNETES_SERVER in self.written
+        }
         return TarsyConfig(
             source=source,
-            defaults=self.defaults.build(),
-            mcp_servers={key: server.build_named(key) for key, server in servers},
-            agents={name: agent.build_named(name) for name, agent in self.agents.items()},
-            chains={key: chain.build_named(key) for key, chain in chains},
+            defaults=defaults,
+            mcp_servers=servers,
+            agents=agents,
+            chains=chains,
             cost_estimation=self.system.cost_estimation.build(),
             system=self.system.build(),
+            llm_providers=providers or {},
+            queue=self.queue.build(),
+            warnings=tuple(
+                f"{source}: {key_path(loc)}: {message}" for loc, message in file_warnings(self)
+            ),
         )
+
+    @property
+    def written(self) -> frozenset[str]:
+        """The MCP server ids of the file itself (not the built-in one)."""
+        return self._written_servers
+
+
+def used_servers(agents: dict[str, AgentConfig], chains: dict[str, ChainConfig]) -> set[str]:
+    """The MCP servers some chain can reach: its own, its stages', its agents' (and
+    sub-agents'), its chat's and scoring's."""
+    used: set[str] = set()
+    for chain in chains.values():
+        names = {agent.name for stage in chain.stages for agent in stage.agents}
+        refs = [
+            *(chain.sub_agents or ()),
+            *(chain.chat.sub_agents or ()),
+            *(ref for stage in chain.stages for ref in stage.sub_agents or ()),
+            *(ref for stage in chain.stages for a in stage.agents for ref in a.sub_agents or ()),
+        ]
+        names |= {ref.name for ref in refs} | {chain.chat.agent}
+        used |= {ref_server for ref in refs for ref_server in ref.mcp_servers or ()}
+        for name in names:
+            if name in agents:
+                used |= set(agents[name].mcp_servers)
+        used |= set(chain.mcp_servers or ()) | set(chain.chat.mcp_servers or ())
+        used |= {s for stage in chain.stages for s in stage.mcp_servers or ()}
+        used |= {s for stage in chain.stages for a in stage.agents for s in a.mcp_servers or ()}
+    return used
+
+
+PROVIDER_TYPES = ("google", "openai", "anthropic", "xai", "vertexai")
+
+
+class ProviderSchema(Schema):
+    """One entry of ``llm-providers.yaml``, TARSy's keys."""
+
+    type: Annotated[Text, one_of(PROVIDER_TYPES, "provider type")]
+    model: Text
+    api_key_env: Text = ""
+    credentials_env: Text = ""
+    project_env: Text = ""
+    location_env: Text = ""
+    base_url: Annotated[Text, check(lambda url: url and _http_url(url))] = ""
+    native_tools: NativeTools | None = None
+
+    def build_named(self, name: str, source: str) -> FileProvider:
+        tools = self.native_tools
+        if isinstance(tools, dict):
+            tools = tuple(tool for tool in NATIVE_TOOLS if tools.get(tool))
+        return build(self, FileProvider, name=name, source=source, native_tools=tools or ())
+
+
+class ProvidersFile(Schema):
+    """``llm-providers.yaml``."""
+
+    llm_providers: dict[Key, ProviderSchema] = {}

@@ -25,14 +25,22 @@ class HttpTransport:
     type: str
     url: str
     bearer_token_env: str = ""  # the *name* of the variable holding the token
+    # A literal token, as TARSy's ``bearer_token`` (usually ``{{.ENV}}``-templated); never
+    # shown: ``repr`` leaves it out and every view of the configuration masks it.
+    bearer_token: str = field(default="", repr=False)
     headers: dict[str, str] = field(default_factory=dict)
     verify_ssl: bool = True
     timeout: float = 30.0  # seconds for connecting and sending
+    # DELETE'd when an execution's connection closes ({{.SESSION_ID}}: the execution).
+    session_cleanup_url: str = ""
 
     @property
     def per_execution(self) -> bool:
         """Headers that name the execution need a connection of its own."""
-        return any(SESSION_ID_PLACEHOLDER in value for value in self.headers.values())
+        return any(
+            SESSION_ID_PLACEHOLDER in value
+            for value in (*self.headers.values(), self.session_cleanup_url)
+        )
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,11 @@ class OrchestratorConfig:
 class SubAgentRef:
     name: str
     max_iterations: int | None = None
+    llm_provider: str | None = None
+    llm_backend: str | None = None
+    mcp_servers: tuple[str, ...] | None = None
+    skills: tuple[str, ...] | None = None  # skills (issue 21): kept, not used yet
+    required_skills: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -151,20 +164,29 @@ class AgentConfig:
     llm_backend: str | None = None
     llm_provider: str | None = None
     fallback_providers: tuple[FallbackProvider, ...] | None = None
-    # Gemini native tools for this agent; None: the provider's own setting.
+    # Gemini native tools for this agent; None: the provider's own setting. A list
+    # replaces the provider's; a mapping (TARSy's form) switches single tools on or off.
     native_tools: tuple[str, ...] | None = None
+    native_tool_switches: dict[str, bool] | None = None
     orchestrator: OrchestratorConfig | None = None
+    # Skills (issue 21): accepted and kept; None: every skill.
+    skills: tuple[str, ...] | None = None
+    required_skills: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class StageAgentConfig:
     name: str
+    type: str | None = None  # TARSy's restatement of the agent's type (checked to agree)
+    skills: tuple[str, ...] | None = None  # skills (issue 21): kept, not used yet
+    required_skills: tuple[str, ...] = ()
     llm_provider: str | None = None
     llm_backend: str | None = None
     max_iterations: int | None = None
     mcp_servers: tuple[str, ...] | None = None
     fallback_providers: tuple[FallbackProvider, ...] | None = None
     sub_agents: tuple[SubAgentRef, ...] | None = None
+    orchestrator: OrchestratorConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -172,6 +194,8 @@ class StageConfig:
     name: str
     agents: tuple[StageAgentConfig, ...]
     max_iterations: int | None = None
+    mcp_servers: tuple[str, ...] | None = None
+    fallback_providers: tuple[FallbackProvider, ...] | None = None
     replicas: int = 1
     success_policy: str | None = None  # None: defaults.success_policy
     synthesis: SynthesisConfig | None = None  # None: SynthesisAgent
@@ -203,6 +227,8 @@ class ScoringConfig:
     agent: str = "ScoringAgent"
     llm_provider: str | None = None
     llm_backend: str | None = None
+    mcp_servers: tuple[str, ...] | None = None
+    max_iterations: int | None = None
 
 
 @dataclass(frozen=True)
@@ -223,8 +249,17 @@ class ChainConfig:
 
 
 @dataclass(frozen=True)
+class AlertMasking:
+    """Masking of the alert's own text before anything keeps it (TARSy's
+    ``defaults.alert_masking``); secrets are masked either way, this adds a group."""
+
+    enabled: bool = True
+    pattern_group: str = "security"
+
+
+@dataclass(frozen=True)
 class Defaults:
-    alert_type: str
+    alert_type: str = "kubernetes"
     max_iterations: int = 20
     llm_provider: str | None = None
     llm_backend: str | None = None
@@ -238,6 +273,10 @@ class Defaults:
     summarization_backend: str | None = None
     # The runbook of alerts that bring none: text, or a URL on the runbook allowlist.
     runbook: str = ""
+    # What chains without a ``scoring:`` of their own score with (TARSy's
+    # ``defaults.scoring``); its ``enabled`` turns scoring on for them.
+    scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    alert_masking: AlertMasking = field(default_factory=AlertMasking)
 
 
 @dataclass(frozen=True)
@@ -257,11 +296,58 @@ class SlackConfig:
 
 
 @dataclass(frozen=True)
+class RetentionConfig:
+    """TARSy's ``system.retention``; None: keep (sessions) or the default (events)."""
+
+    session_retention_days: int | None = None
+    event_ttl: float | None = None
+    cleanup_interval: float | None = None
+
+
+@dataclass(frozen=True)
 class SystemConfig:
     dashboard_url: str = ""  # how links in Slack messages reach this TARSy; empty: none
     github_token_env: str = ""  # system.github.token_env: the variable holding a GitHub token
     runbooks: RunbooksConfig = field(default_factory=RunbooksConfig)
     slack: SlackConfig = field(default_factory=SlackConfig)
+    # Origins (besides this site's own) whose pages may open the WebSocket.
+    allowed_ws_origins: tuple[str, ...] = ()
+    retention: RetentionConfig = field(default_factory=lambda: RetentionConfig())
+
+
+@dataclass(frozen=True)
+class FileProvider:
+    """An LLM provider of ``llm-providers.yaml`` (or one of TARSy's built-in ones): used as
+    written, shown in admin as coming from the file, never stored in the database."""
+
+    name: str
+    type: str
+    model: str
+    api_key_env: str = ""
+    credentials_env: str = ""
+    project_env: str = ""
+    location_env: str = ""
+    base_url: str = ""
+    native_tools: tuple[str, ...] = ()
+    source: str = "llm-providers.yaml"
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """TARSy's ``queue:`` block, read and validated. The worker settings here are the
+    TARSY_* environment variables (README, "Moving from TARSy"); ``manage.py check`` says
+    when the two disagree."""
+
+    worker_count: int | None = None
+    max_concurrent_sessions: int | None = None
+    poll_interval: float | None = None
+    poll_interval_jitter: float | None = None
+    session_timeout: float | None = None
+    graceful_shutdown_timeout: float | None = None
+    scoring_shutdown_timeout: float | None = None
+    orphan_detection_interval: float | None = None
+    orphan_threshold: float | None = None
+    heartbeat_interval: float | None = None
 
 
 @dataclass(frozen=True)
@@ -273,6 +359,12 @@ class TarsyConfig:
     chains: dict[str, ChainConfig]
     cost_estimation: CostEstimation = field(default_factory=CostEstimation)
     system: SystemConfig = field(default_factory=SystemConfig)
+    # llm-providers.yaml's providers over TARSy's built-in ones, by name.
+    llm_providers: dict[str, FileProvider] = field(default_factory=dict)
+    queue: QueueConfig = field(default_factory=QueueConfig)
+    # What loads but may not do what was meant (``<file>: <key>: <why>``), for
+    # ``manage.py check`` and the System page.
+    warnings: tuple[str, ...] = ()
 
     @property
     def alert_types(self) -> list[str]:

@@ -92,6 +92,9 @@ class LLMProvider(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Where the provider is defined: "admin" (a row), or, for providers of the
+    # configuration read like rows (config/providers.py), "llm-providers.yaml" or "built-in".
+    source = "admin"
 
     class Meta:
         ordering = ["name"]

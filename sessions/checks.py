@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
-from django.db import DatabaseError
 
 
 @register()
@@ -38,27 +37,3 @@ def check_queue_timeouts(app_configs, **kwargs) -> list[CheckMessage]:
             )
         )
     return problems
-
-
-@register(deploy=False)
-def check_config_references(app_configs, databases=None, **kwargs) -> list[CheckMessage]:
-    """tarsy.yaml names providers that live in the database; check them when we can."""
-    if not databases:
-        return []
-    from config.loader import get_config, validate_references
-    from config.providers import default_provider
-    from llm.models import LLMProvider
-    from llm.registry import backend_names
-
-    try:
-        providers = list(LLMProvider.objects.filter(enabled=True).only("name", "is_default"))
-    except DatabaseError:
-        return []  # not migrated yet; migrate runs the checks again afterwards
-    config = get_config()
-    problems = validate_references(
-        config,
-        provider_names={provider.name for provider in providers},
-        has_default_provider=default_provider(config.defaults.llm_provider, providers) is not None,
-        backend_names=backend_names(),
-    )
-    return [Error(problem, id="tarsy.E003") for problem in problems]

@@ -45,6 +45,9 @@ from llm.types import ToolDefinition
 
 logger = logging.getLogger(__name__)
 
+# In the environment of every stdio server TARSy starts: the server's id in tarsy.yaml.
+SERVER_ID_VARIABLE = "TARSY_MCP_SERVER_ID"
+
 # What a failed start quotes of the server's stderr: kubernetes-mcp-server prints the
 # cause on its first line and pages of usage after it, so the head matters as much as
 # the tail.
@@ -103,6 +106,7 @@ class MCPConnection:
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._restarting: asyncio.Lock | None = None
+        self._cleaned_up = False  # session_cleanup_url was called
         # A real file: a stdio child process needs a file descriptor for its stderr.
         self._stderr: TextIO | None = None
 
@@ -147,17 +151,23 @@ class MCPConnection:
             return _http_transport(
                 transport, self._headers(transport), self.call_timeout, self._saw_response
             )
+        # Each server learns its id (a wrapper serving several knows which it is).
+        env = {**transport.env, SERVER_ID_VARIABLE: self.server_id}
         params = StdioServerParameters(
-            command=transport.command, args=list(transport.args), env=dict(transport.env)
+            command=transport.command, args=list(transport.args), env=env
         )
         assert self._stderr is not None  # opened by start()
         return stdio_client(params, errlog=self._stderr)
 
     def _headers(self, transport: HttpTransport) -> dict[str, str]:
-        headers = {
+        rendered = {
             name: value.replace(SESSION_ID_PLACEHOLDER, self.execution_id)
             for name, value in transport.headers.items()
         }
+        # A header that renders empty is not sent (a health check has no execution id).
+        headers = {name: value for name, value in rendered.items() if value.strip()}
+        if transport.bearer_token:
+            headers["Authorization"] = f"Bearer {transport.bearer_token}"
         if transport.bearer_token_env:
             token = os.environ.get(transport.bearer_token_env)
             if not token:
@@ -169,18 +179,45 @@ class MCPConnection:
             headers["Authorization"] = f"Bearer {token}"
         return headers
 
-    async def stop(self) -> None:
+    async def stop(self, *, final: bool = True) -> None:
+        """``final=False``: for a restart (the execution's server-side session stays)."""
         self._stop.set()
         try:
             if self._task is not None:
                 if not self.ready.is_set():
                     self._task.cancel()  # still initializing: don't wait out init_timeout
                 await asyncio.wait([self._task])
+                if final:
+                    await self._clean_up_session()
         finally:
             if self._stderr is not None and not self._stderr.closed:
                 if tail := self.stderr_excerpt():
                     logger.debug("MCP server %r stderr:\n%s", self.server_id, tail)
                 self._stderr.close()
+
+    async def _clean_up_session(self) -> None:
+        """TARSy's ``session_cleanup_url``: DELETE'd once when an execution's connection
+        closes, with the same token and headers; best effort (200, 204, 404 are done)."""
+        transport = self.config.transport
+        if (
+            not isinstance(transport, HttpTransport)
+            or not transport.session_cleanup_url
+            or not self.execution_id
+            or self._cleaned_up
+        ):
+            return
+        self._cleaned_up = True
+        url = transport.session_cleanup_url.replace(SESSION_ID_PLACEHOLDER, self.execution_id)
+        try:
+            headers = self._headers(transport)
+            async with httpx2.AsyncClient(verify=transport.verify_ssl, timeout=15) as http:
+                response = await http.delete(url, headers=headers)
+            if response.status_code not in (200, 204, 404):
+                logger.warning(
+                    "%s: session clean-up answered HTTP %s", self.label, response.status_code
+                )
+        except Exception as exc:  # best effort: the execution has ended either way
+            logger.warning("%s: session clean-up failed: %s", self.label, _describe(exc))
 
     async def restart(self) -> None:
         """A fresh session (and process, for stdio) after the old one failed."""
@@ -188,7 +225,7 @@ class MCPConnection:
         async with self._restarting:
             if self.alive:
                 return  # another caller restarted it meanwhile
-            await self.stop()
+            await self.stop(final=False)
             self.start()
             await self.started()
 

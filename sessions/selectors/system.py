@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from config.providers import default_provider
+from config.providers import BUILT_IN, default_provider, provider_rows
 from config.types import (
     AgentConfig,
     ChainConfig,
@@ -70,6 +70,7 @@ class ProviderStatus:
     is_default: bool
     key_env: str  # the variable's *name*; "" when the provider reads no key
     key_set: bool  # in this web process's environment
+    source: str = "admin"  # admin, llm-providers.yaml or built-in
 
     @classmethod
     def from_row(cls, provider: LLMProvider) -> ProviderStatus:
@@ -81,6 +82,7 @@ class ProviderStatus:
             is_default=provider.is_default,
             key_env=provider.api_key_env,
             key_set=provider.key_is_set,
+            source=provider.source,
         )
 
 
@@ -99,7 +101,7 @@ class SystemStatus:
 
 
 def system_status(config: TarsyConfig) -> SystemStatus:
-    providers = list(LLMProvider.objects.all())
+    providers = listed_providers(config)
     servers = selectors.mcp_servers_health(list(config.mcp_servers))
     # The same limit /health uses, so the page and the probe agree on "no worker".
     silence_limit = cluster_silence_limit()
@@ -118,6 +120,12 @@ def system_status(config: TarsyConfig) -> SystemStatus:
     )
 
 
+def listed_providers(config: TarsyConfig) -> list[LLMProvider]:
+    """Admin's and llm-providers.yaml's providers, and the built-in ones tarsy.yaml names."""
+    named = {name for _, name in provider_references(config)}
+    return [row for row in provider_rows(config) if row.source != BUILT_IN or row.name in named]
+
+
 def system_warnings(
     *,
     config: TarsyConfig,
@@ -128,6 +136,7 @@ def system_warnings(
 ) -> list[SystemWarning]:
     warnings = default_provider_warnings(config, providers)
     warnings += provider_reference_warnings(config, providers)
+    warnings += [SystemWarning("config", message) for message in config.warnings]
     warnings += [
         SystemWarning(
             "llm_provider",
@@ -211,7 +220,7 @@ def provider_reference_warnings(
         if row is not None and row.enabled:
             continue
         problem = (
-            f"does not exist; add it in {ADMIN_PROVIDERS}"
+            f"does not exist; add it in {ADMIN_PROVIDERS} or llm-providers.yaml"
             if row is None
             else f"is disabled; enable it in {ADMIN_PROVIDERS}"
         )

@@ -37,7 +37,8 @@ class Recording:
         if scope["type"] == "http":
             headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
             with open(self.log, "a") as log:  # noqa: ASYNC230 - a test server
-                log.write(json.dumps({"path": scope["path"], "headers": headers}) + "\n")
+                entry = {"method": scope["method"], "path": scope["path"], "headers": headers}
+                log.write(json.dumps(entry) + "\n")
             if self.token and headers.get("authorization") != f"Bearer {self.token}":
                 body = b'{"error": "invalid_token"}'
                 await send(

@@ -6,8 +6,20 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agents.checks import llm_use_problems
 from agents.resolver import stage_agent_settings
-from config.loader import ConfigError, load_config, validate_references
+from config.loader import ConfigError, load_config
+from config.providers import file_row
+from config.types import FileProvider
+
+
+def rows(*names: str, default: str | None = None):
+    """Providers of these names (Gemini), as the check reads them."""
+    made = [file_row(FileProvider(name=n, type="google", model="m")) for n in names]
+    for row in made:
+        row.is_default = row.name == default
+    return made
+
 
 BASE = {
     "defaults": {"alert_type": "kubernetes"},
@@ -71,7 +83,8 @@ def test_an_unknown_agent_names_file_key_and_the_defined_agents(tmp_path):
     )
     assert message == (
         "tarsy.yaml: agent_chains.k8s.stages[0].agents[0].name: unknown agent 'Nope'; "
-        "defined: SynthesisAgent, ExecSummaryAgent, ChatAgent, ScoringAgent, KubernetesAgent"
+        "defined: SynthesisAgent, ExecSummaryAgent, ChatAgent, ScoringAgent, KubernetesAgent, "
+        "GeneralWorker, WebResearcher, CodeExecutor"
     )
 
 
@@ -221,7 +234,6 @@ def test_replicas_run_copies_of_one_agent(tmp_path):
         ({"synthesis": {"agent": "KubernetesAgent"}}, "'KubernetesAgent' is not a synthesis agent"),
         ({"synthesis": {"agnet": "x"}}, "stages[0].synthesis.agnet: unknown key"),
         ({"sub_agents": ["Ghost"]}, "stages[0].sub_agents[0]: unknown agent 'Ghost'"),
-        ({"sub_agents": ["KubernetesAgent"]}, "agent 'KubernetesAgent' has no description"),
         ({"sub_agents": ["SynthesisAgent"]}, "'SynthesisAgent' is a synthesis agent"),
     ],
 )
@@ -284,30 +296,45 @@ def test_hierarchy_defaults_agent_chain_stage_stage_agent(tmp_path):
     assert resolved.mcp_servers == ("kubernetes",)
 
 
-def test_references_to_providers_and_backends_are_checked(tmp_path):
-    config = with_change(["defaults", "llm_provider"], "gemini")
-    config["agents"]["KubernetesAgent"]["llm_backend"] = "react"
-    problems = validate_references(
-        load_config(write(tmp_path, config)),
-        provider_names={"demo"},
-        has_default_provider=True,
-        backend_names=["google-native", "langchain", "scripted"],
-    )
-    assert problems == [
-        "tarsy.yaml: defaults.llm_provider: unknown provider 'gemini'; enabled providers: demo",
+def test_an_unknown_backend_is_named_when_the_file_loads(tmp_path):
+    config = with_change(["agents", "KubernetesAgent", "llm_backend"], "react")
+    assert (
         "tarsy.yaml: agents.KubernetesAgent.llm_backend: unknown backend 'react'; "
-        "allowed: google-native, langchain, scripted",
-    ]
+        "allowed: google-native, langchain, scripted"
+    ) in error_for(tmp_path, config)
+
+
+def test_an_unknown_provider_is_named_with_the_key_that_uses_it(tmp_path):
+    config = with_change(["defaults", "llm_provider"], "gemini")
+    problems = llm_use_problems(load_config(write(tmp_path, config)), rows("demo"))
+    assert problems[0].startswith(
+        "tarsy.yaml: agent_chains.k8s.stages[0] (KubernetesAgent): LLM provider 'gemini' "
+        "(used by KubernetesAgent) does not exist; providers: demo"
+    )
 
 
 def test_no_provider_at_all_is_a_problem(tmp_path):
-    problems = validate_references(
-        load_config(write(tmp_path, BASE)),
-        provider_names=set(),
-        has_default_provider=False,
-        backend_names=["scripted"],
+    problems = llm_use_problems(load_config(write(tmp_path, BASE)), rows("gemini"))
+    assert problems == [
+        "tarsy.yaml: agent_chains.k8s.stages[0] (KubernetesAgent): No LLM provider is "
+        "configured: mark one as default in Django admin → LLM providers or set "
+        "defaults.llm_provider in tarsy.yaml"
+    ]
+
+
+def test_a_sub_agent_without_a_description_is_left_out_with_a_warning(tmp_path):
+    # TARSy leaves it out of the catalog silently; here manage.py check says so.
+    config = with_change(["agents", "Quiet"], {"mcp_servers": ["kubernetes"]})
+    config["agent_chains"]["k8s"]["stages"][0]["sub_agents"] = ["Quiet", "GeneralWorker"]
+    loaded = load_config(write(tmp_path, config))
+    assert loaded.warnings == (
+        "tarsy.yaml: agent_chains.k8s.stages[0].sub_agents[0]: agent 'Quiet' has no "
+        "description, so it is left out of the sub-agents offered (the dispatching agent "
+        "chooses by description); give it one",
     )
-    assert "no LLM provider is marked default" in problems[0]
+    chain = loaded.chains["k8s"]
+    settings = stage_agent_settings(loaded, chain, chain.stages[0], chain.stages[0].agents[0])
+    assert [ref.name for ref in settings.sub_agents] == ["GeneralWorker"]
 
 
 def test_fallback_providers_resolve_like_other_settings(tmp_path):
@@ -323,15 +350,11 @@ def test_fallback_providers_resolve_like_other_settings(tmp_path):
         ("claude", "langchain"),
         ("gpt", None),
     ]
-    problems = validate_references(
-        loaded,
-        provider_names={"gemini", "claude"},
-        has_default_provider=True,
-        backend_names=["langchain"],
-    )
+    problems = llm_use_problems(loaded, rows("gemini", "claude", default="gemini"))
     assert problems == [
-        "tarsy.yaml: agent_chains.k8s.fallback_providers[1].provider: unknown provider 'gpt'; "
-        "enabled providers: claude, gemini"
+        "tarsy.yaml: agent_chains.k8s.stages[0] (KubernetesAgent) fallback_providers[1]: "
+        "LLM provider 'gpt' (used by KubernetesAgent) does not exist; providers: claude, "
+        "gemini. Add it in Django admin → LLM providers or llm-providers.yaml"
     ]
 
 
@@ -469,13 +492,9 @@ def test_summarization_providers_are_checked_against_the_database(tmp_path):
     config = with_change(
         ["mcp_servers", "kubernetes", "summarization"], {"llm_provider": "nowhere"}
     )
-    problems = validate_references(
-        load_config(write(tmp_path, config)),
-        provider_names={"demo"},
-        has_default_provider=True,
-        backend_names=["scripted"],
-    )
-    assert any(
-        "mcp_servers.kubernetes.summarization.llm_provider: unknown provider 'nowhere'" in p
-        for p in problems
-    )
+    problems = llm_use_problems(load_config(write(tmp_path, config)), rows("demo", default="demo"))
+    assert problems == [
+        "tarsy.yaml: mcp_servers.kubernetes.summarization: LLM provider 'nowhere' (used by "
+        "mcp_servers.kubernetes.summarization) does not exist; providers: demo. Add it in "
+        "Django admin → LLM providers or llm-providers.yaml"
+    ]

@@ -39,7 +39,7 @@ def lines_for(tmp_path: Path, config: dict) -> list[str]:
             {"type": "sse"},
             "mcp_servers.kubernetes.transport.url: is required",
         ),
-        (["defaults"], {"max_iterations": 3}, "defaults.alert_type: is required"),
+        (["defaults"], {"alert_type": 3}, "defaults.alert_type: expected a string, got int"),
         # YAML reads yes, 5 and 1.5 as what they look like: none is a string.
         (
             ["agents", "KubernetesAgent", "description"],
@@ -76,8 +76,8 @@ def test_every_unknown_key_is_named_with_the_allowed_ones(tmp_path):
     config = with_change(["agent_chains", "k8s", "stages", 0, "agnet"], "KubernetesAgent")
     config["agent_chains"]["k8s"]["stages"][0]["polcy"] = "all"
     allowed = (
-        "allowed: agent, agents, max_iterations, name, replicas, sub_agents, success_policy, "
-        "synthesis"
+        "allowed: agent, agents, fallback_providers, max_iterations, mcp_servers, name, "
+        "replicas, sub_agents, success_policy, synthesis"
     )
     assert lines_for(tmp_path, config) == [
         f"tarsy.yaml: agent_chains.k8s.stages[0].agnet: unknown key; {allowed}",
@@ -101,13 +101,14 @@ def test_every_broken_reference_is_named(tmp_path):
     config["agent_chains"]["k8s"]["chat"] = {"agent": "SynthesisAgent"}
     assert lines_for(tmp_path, config) == [
         "tarsy.yaml: agents.KubernetesAgent.mcp_servers[0]: unknown MCP server 'k8s'; "
-        "defined: kubernetes",
+        "defined: kubernetes, kubernetes-server",
         "tarsy.yaml: agents.KubernetesAgent.mcp_servers[2]: unknown MCP server 'x'; "
-        "defined: kubernetes",
+        "defined: kubernetes, kubernetes-server",
         "tarsy.yaml: agent_chains.k8s.stages[0].agents[1].name: unknown agent 'Ghost'; "
-        "defined: SynthesisAgent, ExecSummaryAgent, ChatAgent, ScoringAgent, KubernetesAgent",
+        "defined: SynthesisAgent, ExecSummaryAgent, ChatAgent, ScoringAgent, KubernetesAgent, "
+        "GeneralWorker, WebResearcher, CodeExecutor",
         "tarsy.yaml: agent_chains.k8s.chat.agent: 'SynthesisAgent' is not an iterating agent; "
-        "chat agents: ChatAgent, KubernetesAgent",
+        "chat agents: ChatAgent, CodeExecutor, GeneralWorker, KubernetesAgent, WebResearcher",
     ]
 
 
@@ -157,7 +158,7 @@ def test_a_name_yaml_reads_as_a_number_is_a_name(tmp_path):
     ("text", "expected"),
     [
         ("- defaults\n", "tarsy.yaml: expected a mapping, got list"),
-        ("", "tarsy.yaml: defaults.alert_type: is required"),
+        ("3\n", "tarsy.yaml: expected a mapping, got int"),
     ],
 )
 def test_a_file_that_is_not_a_configuration(tmp_path, text, expected):

@@ -121,6 +121,8 @@ async def test_the_configured_env_is_merged_over_the_sdk_default(pool: MCPClient
 
     assert await env("TARSY_TEST_MARKER") == "42"
     assert await env("PATH") != "<unset>"
+    # Each server is told its id (TARSy's ``command: mock`` servers need it).
+    assert await env("TARSY_MCP_SERVER_ID") == "misbehaving"
     # Only the SDK's short list of safe variables is inherited, not our whole environment.
     assert await env("PYTEST_CURRENT_TEST") == "<unset>"
 

@@ -283,6 +283,37 @@ async def test_headers_carry_the_execution_id_per_execution(served, tmp_path):
     assert all(r["headers"]["x-team"] == "sre" for r in seen)
 
 
+async def test_tarsys_literal_token_headers_and_session_cleanup(served, tmp_path):
+    """TARSy's ``bearer_token``, ``custom_headers`` with ``{{.SESSION_ID}}`` and
+    ``session_cleanup_url``: each execution its own id, one DELETE when it ends."""
+    url, log = recording(served, tmp_path, token="literal-token-value")
+    transport = HttpTransport(
+        "http",
+        url,
+        bearer_token="literal-token-value",
+        headers={"X-Session-ID": "{{.SESSION_ID}}"},
+        session_cleanup_url=url.replace("/mcp", "/sessions/{{.SESSION_ID}}"),
+    )
+    assert "literal-token-value" not in repr(transport)
+    servers = {"sandbox": MCPServerConfig("sandbox", transport)}
+    for execution_id in ("exec-1", "exec-2"):
+        async with ToolBox(servers, execution_id=execution_id) as box:
+            assert (await box.call_tool("sandbox.echo", {"text": "hi"})).content == "hi"
+    seen = requests_seen(log)
+    assert all(r["headers"]["authorization"] == "Bearer literal-token-value" for r in seen)
+    deletes = [(r["path"], r["headers"]["x-session-id"]) for r in seen if r["path"] != "/mcp"]
+    assert deletes == [("/sessions/exec-1", "exec-1"), ("/sessions/exec-2", "exec-2")]
+    assert {r["headers"]["x-session-id"] for r in seen} == {"exec-1", "exec-2"}
+
+
+async def test_a_header_that_renders_empty_is_not_sent(served, tmp_path):
+    url, log = recording(served, tmp_path)
+    transport = HttpTransport("http", url, headers={"X-Session-ID": "{{.SESSION_ID}}"})
+    async with MCPClientPool({"remote": MCPServerConfig("remote", transport)}) as pool:
+        assert (await pool.call_tool("remote.echo", {"text": "x"})).content == "x"
+    assert all("x-session-id" not in r["headers"] for r in requests_seen(log))
+
+
 # --- helpers ---------------------------------------------------------------------------------
 
 _SILENT_HTTP = """

@@ -10,11 +10,11 @@ import pytest
 from django.contrib.auth.models import AnonymousUser
 from django.test import RequestFactory
 
+from agents.checks import check_configuration
 from agents.resolver import ResolutionError, provider_choice
 from config.loader import get_config
 from config.providers import default_provider
 from llm.models import LLMProvider, ProviderType
-from sessions.checks import check_config_references
 from sessions.selectors.system import default_provider_warnings
 from web.context_processors import demo_provider
 
@@ -74,7 +74,7 @@ def callers_say(user) -> dict[str, object]:
         "resolver": resolved,
         "banner": demo_provider(request)["demo_provider_default"],
         "system page": [w.category for w in warnings],
-        "check": [e.msg for e in check_config_references(None, databases=["default"])],
+        "check": [e.msg for e in check_configuration(None, databases=["default"])],
     }
 
 
@@ -121,7 +121,7 @@ def test_a_disabled_default_is_no_demo_and_fails_to_resolve(providers, user):
     assert said["resolver"].startswith("error: The default LLM provider 'demo' is disabled")
     assert said["banner"] is False
     assert said["system page"] == ["llm_provider"]
-    assert "no LLM provider is marked default" in said["check"][0]
+    assert "The default LLM provider 'demo' is disabled" in said["check"][0]
 
 
 def test_no_default_at_all(providers, user):
@@ -131,7 +131,7 @@ def test_no_default_at_all(providers, user):
     said = callers_say(user)
     assert said["resolver"].startswith("error: No LLM provider is configured")
     assert (said["banner"], said["system page"]) == (False, ["llm_provider"])
-    assert "no LLM provider is marked default" in said["check"][0]
+    assert "No LLM provider is configured" in said["check"][0]
 
 
 def test_the_banner_is_for_people_who_logged_in(providers):

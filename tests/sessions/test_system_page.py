@@ -154,7 +154,7 @@ def test_a_provider_tarsy_yaml_names_that_does_not_exist_is_a_warning(
     assert message == (
         "tarsy.yaml names LLM provider 'claude' (agents.KubernetesAgent.llm_provider, "
         "agent_chains.deep-investigation.fallback_providers[0]), which does not exist; add it "
-        "in Admin → LLM providers or change tarsy.yaml."
+        "in Admin → LLM providers or llm-providers.yaml or change tarsy.yaml."
     )
 
 

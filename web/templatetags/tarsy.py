@@ -175,3 +175,13 @@ def trace_entry(entry) -> str:
         html = render_to_string(f"sessions/partials/{template}", {"interaction": interaction})
         fragments.set(key, html)
     return mark_safe(html)
+
+
+@register.simple_tag
+def configured_providers() -> list:
+    """llm-providers.yaml's providers (and the built-in ones tarsy.yaml names), for the
+    admin's provider list: shown there, edited in the file."""
+    from config.loader import get_config
+    from sessions.selectors.system import listed_providers
+
+    return [row for row in listed_providers(get_config()) if row.source != "admin"]
