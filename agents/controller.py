@@ -135,10 +135,18 @@ class _ModelCalls:
         *,
         interaction_type: str,
         answer_type: TimelineEventType = TimelineEventType.FINAL_ANALYSIS,
+        item_metadata: dict[str, Any] | None = None,
     ) -> LLMTurn:
-        """One model turn; a provider that fails for good hands over to the next fallback."""
+        """One model turn; a provider that fails for good hands over to the next fallback.
+        ``item_metadata``: added to the turn's thinking and text items (as TARSy marks a
+        forced conclusion's)."""
         call = functools.partial(
-            self._call_llm, run, tools, interaction_type=interaction_type, answer_type=answer_type
+            self._call_llm,
+            run,
+            tools,
+            interaction_type=interaction_type,
+            answer_type=answer_type,
+            item_metadata=item_metadata,
         )
         turn = await call()
         while turn.error is not None and run.fallbacks:
@@ -173,6 +181,7 @@ class _ModelCalls:
         *,
         interaction_type: str,
         answer_type: TimelineEventType,
+        item_metadata: dict[str, Any] | None = None,
     ) -> LLMTurn:
         """One call to the current provider: its output streams onto the timeline as it
         comes, then the turn is closed and recorded."""
@@ -185,7 +194,7 @@ class _ModelCalls:
             session_id=str(run.recorder.session.id),
             agent_name=run.settings.name,
         )
-        stream = _TurnStream(run)
+        stream = _TurnStream(run, item_metadata)
         started = time.monotonic()
         # An interruption (timeout, cancellation) leaves the items streaming; the
         # executor's clean-up (services.session_close_open_work) finishes them with the
@@ -221,8 +230,9 @@ class _TurnStream:
     """A model's output as it streams: thinking and text each grow one timeline item, code
     the model ran becomes a ``code_execution`` item, and the rest gathers in ``turn``."""
 
-    def __init__(self, run: AgentRun) -> None:
+    def __init__(self, run: AgentRun, item_metadata: dict[str, Any] | None = None) -> None:
         self.run = run
+        self.item_metadata = item_metadata or {}
         self.turn = LLMTurn()
         self.thinking_item: TimelineEvent | None = None
         self.text_item: TimelineEvent | None = None
@@ -233,12 +243,19 @@ class _TurnStream:
         recorder, turn = self.run.recorder, self.turn
         if isinstance(delta, ThinkingDelta) and delta.content:
             if self.thinking_item is None:
-                self.thinking_item = await recorder.start_item(TimelineEventType.LLM_THINKING)
+                # TARSy's ``source``: Gemini's own thoughts, or a LangChain model's.
+                source = "native" if self.run.choice.backend == "google-native" else "langchain"
+                self.thinking_item = await recorder.start_item(
+                    TimelineEventType.LLM_THINKING,
+                    metadata={"source": source, **self.item_metadata},
+                )
             turn.thinking += delta.content
             await recorder.chunk(self.thinking_item, delta.content)
         elif isinstance(delta, TextDelta) and delta.content:
             if self.text_item is None:
-                self.text_item = await recorder.start_item(TimelineEventType.LLM_RESPONSE)
+                self.text_item = await recorder.start_item(
+                    TimelineEventType.LLM_RESPONSE, metadata=self.item_metadata or None
+                )
             turn.text += delta.content
             await recorder.chunk(self.text_item, delta.content)
         elif isinstance(delta, ToolCallDelta):
@@ -353,7 +370,8 @@ class IteratingController(_ModelCalls):
             await run.sub_agents.cancel_all(f"the limit of {limit} steps was reached")
             await self._append(run, run.sub_agents.drain())
         await self._append(run, [forced_conclusion(limit)])
-        turn = await self._turn(run, (), interaction_type="forced_conclusion")
+        marks = {"forced_conclusion": True, "iterations_used": limit, "max_iterations": limit}
+        turn = await self._turn(run, (), interaction_type="forced_conclusion", item_metadata=marks)
         if turn.error:
             return AgentResult(
                 ExecutionStatus.FAILED,

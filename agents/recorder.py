@@ -55,7 +55,6 @@ class Recorder:
         self.session = session
         self.execution = execution
         self.lease = lease
-        self._timeline_sequence = 0
         self._message_sequence = 0
         self._streams = _Streams(lease, session.id)
         # The latest call of each kind (an iteration, a summary…): what the next call of
@@ -71,11 +70,9 @@ class Recorder:
         status: TimelineEventStatus = TimelineEventStatus.STREAMING,
     ) -> TimelineEvent:
         await self._streams.flush()  # text streamed before this item shows before it
-        self._timeline_sequence += 1
         return await db(services.timeline_event_add)(
             lease=self.lease,
             execution=self.execution,
-            sequence_number=self._timeline_sequence,
             event_type=event_type,
             content=content,
             metadata=metadata,

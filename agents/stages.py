@@ -200,7 +200,7 @@ async def executive_summary(run: SessionRun, final_analysis: str) -> tuple[str, 
             final_analysis=final_analysis,
         ),
         controller=SingleShotController(
-            answer_type=TimelineEventType.EXECUTIVE_SUMMARY, interaction_type="exec_summary"
+            answer_type=TimelineEventType.EXECUTIVE_SUMMARY, interaction_type="executive_summary"
         ),
     )
     result = outcome.result
@@ -277,8 +277,12 @@ def _controller(settings: AgentSettings) -> IteratingController | SingleShotCont
     if settings.iterating:
         return IteratingController()
     if settings.type == EXEC_SUMMARY:
-        return SingleShotController(answer_type=TimelineEventType.EXECUTIVE_SUMMARY)
-    return SingleShotController(thinking_fallback=settings.type == "synthesis")
+        return SingleShotController(
+            answer_type=TimelineEventType.EXECUTIVE_SUMMARY, interaction_type="executive_summary"
+        )
+    return SingleShotController(
+        thinking_fallback=settings.type == "synthesis", interaction_type=settings.type
+    )
 
 
 def _finding(stage: str, outcome: Outcome) -> Finding:

@@ -21,11 +21,14 @@ from django.utils import timezone
 
 from sessions.models import (
     AgentExecution,
+    AlertSession,
     ExecutionStatus,
     ScoreStatus,
     SessionEvent,
     SessionEventType,
     SessionStatus,
+    Stage,
+    StageType,
     TimelineEvent,
     TimelineEventType,
 )
@@ -43,6 +46,7 @@ PERSISTENT_TYPES = (
     SessionEventType.STAGE_STATUS,
     SessionEventType.REVIEW_STATUS,
     SessionEventType.CHAT_CREATED,
+    SessionEventType.INTERACTION_CREATED,
 )
 # What TARSy also sends, as a live copy without db_event_id, on the global channel.
 LIST_CHANNEL_TYPES = (
@@ -236,15 +240,32 @@ def _session_status(session_id: str, p: dict[str, Any]) -> dict[str, Any] | None
     return {"status": p["status"]}
 
 
+def _interaction_created(session_id: str, p: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **_opt(stage_id=_id(p.get("stage_id")), execution_id=_id(p.get("execution_id"))),
+        "interaction_id": str(p["interaction_id"]),
+        "interaction_type": p["interaction_type"],
+    }
+
+
 def _stage_status(session_id: str, p: dict[str, Any]) -> dict[str, Any]:
     status = p["status"]
     if status in (ExecutionStatus.PENDING, ExecutionStatus.ACTIVE):
         status = "started"
+    referenced = None
+    if p.get("stage_type") == StageType.SYNTHESIS and p.get("index"):
+        # A synthesis stage merges the stage just before it (TARSy's reference).
+        referenced = (
+            Stage.objects.filter(session_id=uuid.UUID(session_id), index=p["index"] - 1)
+            .values_list("id", flat=True)
+            .first()
+        )
     return {
         **_opt(stage_id=_id(p.get("stage_id"))),
         "stage_name": p.get("name", ""),
         "stage_index": p.get("index", 0) + 1,  # ours count from 0
         "stage_type": p.get("stage_type", ""),
+        **_opt(referenced_stage_id=_id(referenced)),
         "status": status,
     }
 
@@ -294,7 +315,79 @@ _TRANSLATORS = {
     SessionEventType.REVIEW_STATUS: _review_status,
     SessionEventType.CHAT_CREATED: _chat_created,
     SessionEventType.SCORE_UPDATED: _score_updated,
+    SessionEventType.INTERACTION_CREATED: _interaction_created,
 }
+
+
+# --- TARSy's progress events, derived from ours ------------------------------------------
+
+_PHASES: dict[str, str] = {
+    StageType.SYNTHESIS: "synthesizing",
+    StageType.EXEC_SUMMARY: "finalizing",
+}
+# Our events TARSy's progress events are derived from.
+PROGRESS_SOURCES = (SessionEventType.STAGE_STATUS, SessionEventType.EXECUTION_STATUS)
+
+
+def progress_payloads(event: dict[str, Any]) -> list[dict[str, Any]]:
+    """TARSy's transient ``session.progress`` (a stage starts) and ``execution.progress``
+    (an agent starts) for one of our events; [] for the rest. May read the database."""
+    kind, p = event["type"], event["payload"]
+    session_id = str(event["session_id"])
+    base = {"session_id": session_id, "timestamp": rfc3339(p.get("timestamp") or timezone.now())}
+    if kind == SessionEventType.STAGE_STATUS and p.get("status") in (
+        ExecutionStatus.PENDING,
+        ExecutionStatus.ACTIVE,
+    ):
+        name = p.get("name", "")
+        text = (
+            "Generating executive summary"
+            if p.get("stage_type") == StageType.EXEC_SUMMARY
+            else f"Starting stage: {name}"
+        )
+        return [
+            {
+                "type": "session.progress",
+                **base,
+                "current_stage_name": name,
+                "current_stage_index": p.get("index", 0) + 1,
+                "total_stages": _total_stages(session_id, p.get("index", 0) + 1),
+                "active_executions": AgentExecution.objects.filter(
+                    session_id=uuid.UUID(session_id), status=ExecutionStatus.ACTIVE
+                ).count(),
+                "status_text": text,
+            }
+        ]
+    if kind == SessionEventType.EXECUTION_STATUS and p.get("status") == ExecutionStatus.ACTIVE:
+        stage_type = (
+            Stage.objects.filter(id=p["stage_id"]).values_list("stage_type", flat=True).first()
+        )
+        agent = p.get("agent_name") or "agent"
+        return [
+            {
+                "type": "execution.progress",
+                **base,
+                "stage_id": str(p["stage_id"]),
+                "execution_id": str(p["execution_id"]),
+                **_opt(parent_execution_id=_id(p.get("parent_execution_id"))),
+                "phase": _PHASES.get(stage_type or "", "investigating"),
+                "message": f"{agent} started",
+            }
+        ]
+    return []
+
+
+def _total_stages(session_id: str, at_least: int) -> int:
+    """The stages a session's chain runs: its stages, a synthesis after each parallel
+    one, and the executive summary (TARSy's count); never fewer than have started."""
+    from config.loader import get_config
+
+    chain_id = AlertSession.objects.filter(id=session_id).values_list("chain_id", flat=True).first()
+    chain = get_config().chains.get(chain_id or "")
+    if chain is None:
+        return at_least
+    total = sum(2 if stage.parallel else 1 for stage in chain.stages) + 1
+    return max(total, at_least)
 
 
 # An execution's parent never changes: each is read once per process (and every stream

@@ -167,10 +167,22 @@ class ApiConsumer(AsyncWebsocketConsumer):
         self.recent.append(event["id"])
         session_id = uuid.UUID(str(event["session_id"]))
         to_session = session_id in self.sessions and self._unsent(session_id, event)
-        to_list = (
-            protocol.LIST_CHANNEL in self.subscribed
-            and event["type"] in protocol.LIST_CHANNEL_TYPES
-        )
+        listed = protocol.LIST_CHANNEL in self.subscribed
+        to_list = listed and event["type"] in protocol.LIST_CHANNEL_TYPES
+        await self._relay(event, to_session=to_session, to_list=to_list)
+        if event["type"] in protocol.PROGRESS_SOURCES and (to_session or listed):
+            await self._send_progress(event, to_session=to_session, listed=listed)
+
+    async def _send_progress(
+        self, event: dict[str, Any], *, to_session: bool, listed: bool
+    ) -> None:
+        """TARSy's progress events after the event they come from: session.progress on
+        both channels, execution.progress on the session's."""
+        for frame in await sync_to_async(_progress)(event):
+            if to_session or (listed and frame["type"] == "session.progress"):
+                await self.send(text_data=protocol.live_frame(frame))
+
+    async def _relay(self, event: dict[str, Any], *, to_session: bool, to_list: bool) -> None:
         if not (to_session or to_list):
             return
         kind, stored = event["type"], event["payload"]
@@ -274,6 +286,14 @@ def _replay(session_id: uuid.UUID, after: int, limit: int) -> tuple[list[str], l
             frames.append(protocol.encode({**payload, "db_event_id": row.id}))
             ids.append(row.id)
     return frames, ids, overflow
+
+
+def _progress(event: dict[str, Any]) -> list[dict[str, Any]]:
+    try:
+        return protocol.progress_payloads(event)
+    except Exception:
+        logger.exception("/api/v1/ws: no progress for event %s (%s)", event["id"], event["type"])
+        return []
 
 
 def _translate(event: dict[str, Any]) -> dict[str, Any] | None:

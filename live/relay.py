@@ -41,6 +41,8 @@ LIST_EVENT_TYPES = (
     SessionEventType.SESSION_STATUS,
     SessionEventType.REVIEW_STATUS,
     SessionEventType.SCORE_UPDATED,
+    # Not shown by the list page; /api/v1/ws derives TARSy's session.progress from it.
+    SessionEventType.STAGE_STATUS,
 )
 BATCH = 1000
 # How long a skipped id is looked for again. PostgreSQL draws ids at insert, not commit:

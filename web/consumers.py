@@ -298,6 +298,8 @@ class SessionListConsumer(_LiveConsumer):
         return await sync_to_async(load)()
 
     async def render(self, event: dict[str, Any]) -> str:
+        if event["type"] == SessionEventType.STAGE_STATUS:
+            return ""  # for TARSy's clients' progress (api/ws.py); no row shows stages
         return await sync_to_async(self._render)(event)
 
     def _render(self, event: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db.models import Count, Q, Sum
 
+from api.protocol import timeline_metadata
 from api.rest.common import iso, sid
 from config.loader import get_config
 from sessions.models import (
@@ -26,7 +27,7 @@ from sessions.models import (
 from sessions.selectors.scoring import NOT_SCORED, score_summaries
 
 # The stages of the chain itself; chat answers, summaries and scorings come after it.
-CHAIN_STAGE_TYPES = (StageType.INVESTIGATION, StageType.SYNTHESIS, StageType.ACTION)
+NOT_INVESTIGATION = (StageType.CHAT, StageType.SCORING)
 
 
 def cost_estimation_enabled() -> bool:
@@ -43,10 +44,8 @@ def _cost(total: Decimal | None, calls: int, priced: int) -> dict[str, Any]:
     if not cost_estimation_enabled():
         return {}
     completeness = "none" if not priced else "complete" if priced == calls else "partial"
-    data: dict[str, Any] = {"cost_completeness": completeness}
-    if total is not None:
-        data["estimated_cost_usd"] = float(total)
-    return data
+    # TARSy says 0 where nothing was priced (cost_completeness tells the two apart).
+    return {"cost_completeness": completeness, "estimated_cost_usd": float(total or 0)}
 
 
 def review_fields(session: AlertSession) -> dict[str, Any]:
@@ -140,21 +139,24 @@ def session_stats(session_ids: list[Any]) -> dict[Any, dict[str, Any]]:
     for session_id, rows in stages.items():
         entry = stats[session_id]
         first = first_index.get(session_id, 0)
-        chain = [s for s in rows if s.stage_type in CHAIN_STAGE_TYPES and s.index >= first]
+        # As TARSy counts: every stage of the run (the executive summary and each chat
+        # turn too; our scorings are not stages in TARSy), failed meaning failed.
+        counted = [s for s in rows if s.stage_type != StageType.SCORING and s.index >= first]
         actions = [s for s in rows if s.stage_type == StageType.ACTION]
+        # TARSy's pointer moves with the investigation, not with the chat after it.
+        investigation = [s for s in rows if s.stage_type not in NOT_INVESTIGATION]
+        current = investigation[-1] if investigation else rows[-1]
         entry.update(
-            total_stages=len(chain),
-            completed_stages=sum(s.status == ExecutionStatus.COMPLETED for s in chain),
-            failed_stages=sum(
-                s.status in (ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT) for s in chain
-            ),
+            total_stages=len(counted),
+            completed_stages=sum(s.status == ExecutionStatus.COMPLETED for s in counted),
+            failed_stages=sum(s.status == ExecutionStatus.FAILED for s in counted),
             has_parallel_stages=any(s.parallel_type for s in rows),
             has_action_stages=bool(actions),
             actions_executed=any(s.status == ExecutionStatus.COMPLETED for s in actions)
             if actions
             else None,
-            current_stage_index=len(rows),
-            current_stage_id=str(rows[-1].id),
+            current_stage_index=rows.index(current) + 1,
+            current_stage_id=str(current.id),
         )
     return stats
 
@@ -313,6 +315,9 @@ def _stages(session: AlertSession) -> list[dict[str, Any]]:
             "started_at": iso(stage.started_at),
             "completed_at": iso(stage.completed_at),
         }
+        if stage.stage_type == StageType.SYNTHESIS and position > 1:
+            # It merges the stage just before it.
+            data["referenced_stage_id"] = str(stages[position - 2].id)
         rows = executions.get(stage.id, [])
         children: dict[int, list[AgentExecution]] = defaultdict(list)
         for row in rows:
@@ -454,7 +459,7 @@ def timeline_item(event: TimelineEvent) -> dict[str, Any]:
         "event_type": event.event_type,
         "status": event.status,
         "content": event.content,
-        "metadata": event.metadata,
+        "metadata": timeline_metadata(event.event_type, event.metadata or {}),
     }
     data = {key: value for key, value in data.items() if value not in (None, "", {}, [])}
     data["edges"] = {}

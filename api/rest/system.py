@@ -14,6 +14,7 @@ from django.utils import timezone
 from ninja import Router
 
 from api.rest import schemas
+from api.rest import system_config as config_view
 from api.rest.common import iso, respond
 from config.loader import get_config
 from live.relay import relay_health
@@ -81,6 +82,20 @@ def system_warnings(request: HttpRequest) -> JsonResponse:
             ]
         }
     )
+
+
+@router.get("/system/config", response={200: dict[str, Any], 401: schemas.Error})
+def system_config(request: HttpRequest) -> JsonResponse:
+    """The configuration in use (built-ins merged, templates expanded), as TARSy's
+    config viewer reads it: an allowlist of keys, secrets only as names or flags."""
+    return respond(config_view.system_config(get_config()))
+
+
+@router.get("/system/default-tools", response={200: dict[str, Any], 401: schemas.Error})
+def system_default_tools(request: HttpRequest, alert_type: str | None = None) -> JsonResponse:
+    """The MCP servers and Gemini native tools an alert of this type starts with (the
+    submit form's override pre-fills them); every server for no or an unknown type."""
+    return respond(config_view.default_tools(get_config(), alert_type or None))
 
 
 @router.get(

@@ -20,6 +20,7 @@ class SessionEventType(models.TextChoices):
     REVIEW_STATUS = "review.status"
     SCORE_UPDATED = "session.score_updated"
     CHAT_CREATED = "chat.created"
+    INTERACTION_CREATED = "interaction.created"  # an LLM or MCP call was recorded
     SLACK_STATUS = "slack.status"  # a Slack message of the session was posted, or failed
 
 

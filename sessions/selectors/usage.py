@@ -292,3 +292,44 @@ def _truncated(label: str) -> str:
     if len(label) <= MAX_LABEL_CHARS:
         return label
     return label[: MAX_LABEL_CHARS - 1] + "…"
+
+
+# --- TARSy's /usage/summary ----------------------------------------------------------
+
+TOP_SESSIONS = 20
+
+
+def usage_summary(
+    *, window: UsageWindow, alert_type: str | None = None, chain_id: str | None = None
+) -> dict[str, list[dict]]:
+    """The window's calls added up by model, alert type and chain, and the sessions that
+    used the most (TARSY-API §1.13): one grouped query each."""
+    calls = LLMInteraction.objects.filter(created_at__gte=window.start, created_at__lt=window.end)
+    if alert_type:
+        calls = calls.filter(session__alert_type=alert_type)
+    if chain_id:
+        calls = calls.filter(session__chain_id=chain_id)
+
+    def grouped(**group: F) -> list[dict]:
+        return list(
+            calls.values(**group)
+            .annotate(
+                calls=Count("id"),
+                session_count=Count("session", distinct=True),
+                input_tokens_sum=Sum("input_tokens"),
+                output_tokens_sum=Sum("output_tokens"),
+                total_tokens_sum=Sum("total_tokens"),
+                cost=Sum("estimated_cost_usd"),
+                priced=Count("estimated_cost_usd"),
+            )
+            .order_by("-total_tokens_sum")
+        )
+
+    return {
+        "by_model": grouped(model=F("model_name"), provider_name=F("provider")),
+        "by_alert_type": grouped(alert_type_name=F("session__alert_type")),
+        "by_chain": grouped(chain=F("session__chain_id")),
+        "by_session": grouped(
+            session_ref=F("session_id"), alert_type_name=F("session__alert_type")
+        ),
+    }

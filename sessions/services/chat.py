@@ -44,6 +44,7 @@ from sessions.services.leases import ChatLease, hold
 from sessions.services.records import (
     _publish_stage_status,
     execution_close,
+    next_sequence_number,
     next_stage_index,
     search_text_update,
     stage_close,
@@ -235,7 +236,7 @@ def _stage_item(
     item = TimelineEvent.objects.create(
         session_id=stage.session_id,
         stage=stage,
-        sequence_number=TimelineEvent.objects.filter(stage=stage, execution=None).count() + 1,
+        sequence_number=next_sequence_number(stage.session_id),
         event_type=event_type,
         status=status,
         content=content,

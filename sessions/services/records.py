@@ -299,6 +299,19 @@ def timeline_event_add(
         )
 
 
+def next_sequence_number(session_id: Any) -> int:
+    """One past the session's last item. The caller's transaction holds the session's
+    lease (a row lock on PostgreSQL, the write lock on SQLite), so two writers of one
+    session do not take the same number."""
+    last = (
+        TimelineEvent.objects.filter(session_id=session_id)
+        .order_by("-sequence_number")
+        .values_list("sequence_number", flat=True)
+        .first()
+    )
+    return (last or 0) + 1
+
+
 def item_create(
     *,
     session_id: Any,
@@ -309,15 +322,11 @@ def item_create(
     metadata: dict[str, Any],
     status: TimelineEventStatus,
 ) -> TimelineEvent:
-    """``timeline_event_add`` for a caller already holding the lease in its transaction."""
+    """``timeline_event_add`` for a caller already holding the lease in its transaction.
+    ``sequence_number`` None: the next of the session's, as TARSy numbers a session's
+    items throughout (a chat question before its answer, whatever the execution)."""
     if sequence_number is None:
-        last = (
-            TimelineEvent.objects.filter(session_id=session_id, execution=execution)
-            .order_by("-sequence_number")
-            .values_list("sequence_number", flat=True)
-            .first()
-        )
-        sequence_number = (last or 0) + 1
+        sequence_number = next_sequence_number(session_id)
     event = TimelineEvent.objects.create(
         session_id=session_id,
         stage_id=execution.stage_id if execution else None,
@@ -490,7 +499,22 @@ def llm_interaction_create(
             **fields,
         )
         _session_totals_add(interaction)
+        _interaction_published(interaction, "llm")
         return interaction
+
+
+def _interaction_published(interaction: LLMInteraction | MCPInteraction, kind: str) -> None:
+    """TARSy's ``interaction.created``: the trace has a new call (a client re-reads it)."""
+    event_publish(
+        session_id=interaction.session_id,
+        type=SessionEventType.INTERACTION_CREATED,
+        payload={
+            "stage_id": interaction.execution.stage_id if interaction.execution else None,
+            "execution_id": interaction.execution_id,
+            "interaction_id": interaction.id,
+            "interaction_type": kind,
+        },
+    )
 
 
 def _continued_call(
@@ -532,9 +556,11 @@ def mcp_interaction_create(
 ) -> MCPInteraction:
     with transaction.atomic():
         hold(lease)
-        return MCPInteraction.objects.create(
+        interaction = MCPInteraction.objects.create(
             session_id=execution.session_id, execution=execution, **fields
         )
+        _interaction_published(interaction, "mcp")
+        return interaction
 
 
 def search_text_update(session_id: Any) -> None:

@@ -32,7 +32,9 @@ def submit(data: str = "namespace: payments") -> AlertSession:
 
 def investigation_calls(session: AlertSession):
     """The agent's own LLM calls, without the executive summary that ends every session."""
-    return LLMInteraction.objects.filter(session=session).exclude(interaction_type="exec_summary")
+    return LLMInteraction.objects.filter(session=session).exclude(
+        interaction_type="executive_summary"
+    )
 
 
 def timeline(session: AlertSession) -> list[tuple[str, str]]:

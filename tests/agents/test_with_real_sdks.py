@@ -94,7 +94,7 @@ def test_a_401_on_openai_falls_back_to_gemini(
     assert "payments-api" in str(responses[0]["response"])
     calls = list(
         LLMInteraction.objects.filter(session=session)
-        .exclude(interaction_type="exec_summary")
+        .exclude(interaction_type="executive_summary")
         .values_list("provider", "backend", "error_code")
     )
     assert calls == [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import jsonschema
@@ -509,3 +510,77 @@ def test_the_openapi_document_and_its_docs_page(tarsy, user):
     assert all(source.startswith("/") for source in sources), sources
     assert "/api/v1/openapi.json" in page
     assert 'data-api-csrf="true"' in page  # "Try it out" sends the CSRF token
+
+
+# --- issue 20: the trace, usage and metadata TARSy's clients read ----------------------
+
+
+def test_the_trace_lists_every_call_by_stage_and_agent(tarsy, ran):
+    trace = tarsy.get(f"/sessions/{ran.id}/trace")
+    assert trace.status_code == 200, trace.content
+    body = trace.json()
+    assert set(body) == {"stages", "session_interactions"}
+    first = body["stages"][0]
+    assert set(first) >= {"stage_id", "stage_name", "stage_type", "executions"}
+    execution = first["executions"][0]
+    assert set(execution) >= {"execution_id", "agent_name", "llm_interactions", "mcp_interactions"}
+    llm = execution["llm_interactions"][0]
+    assert set(llm) >= {"id", "interaction_type", "model_name", "created_at"}
+    assert is_time(llm["created_at"])
+    tool_calls = [m for m in execution["mcp_interactions"] if m["interaction_type"] == "tool_call"]
+    assert tool_calls
+    assert set(tool_calls[0]) >= {"id", "server_name", "tool_name", "created_at"}
+
+    detail = tarsy.get(f"/sessions/{ran.id}/trace/llm/{llm['id']}").json()
+    assert detail["id"] == llm["id"]
+    roles = [message["role"] for message in detail["conversation"]]
+    assert roles[:2] == ["system", "user"]
+    later = tarsy.get(f"/sessions/{ran.id}/trace/llm/{execution['llm_interactions'][-1]['id']}")
+    calls = [c for m in later.json()["conversation"] for c in m.get("tool_calls", [])]
+    assert calls
+    assert all(isinstance(call["arguments"], str) for call in calls)
+    json.loads(calls[0]["arguments"])
+
+    mcp = tarsy.get(f"/sessions/{ran.id}/trace/mcp/{tool_calls[0]['id']}").json()
+    assert mcp["tool_name"] == tool_calls[0]["tool_name"]
+    assert set(mcp["tool_result"]) == {"content", "is_error"}
+
+    assert_error(tarsy.get(f"/sessions/{ran.id}/trace/llm/999999"), 404, "not found")
+    assert_error(tarsy.get(f"/sessions/{uuid.uuid4()}/trace"), 404, "not found")
+
+
+def test_timeline_metadata_uses_tarsys_keys(tarsy, ran):
+    items = tarsy.get(f"/sessions/{ran.id}/timeline").json()
+    tool_call = next(i for i in items if i["event_type"] == "llm_tool_call")
+    metadata = tool_call["metadata"]
+    assert metadata["tool_type"] == "mcp"
+    assert "." not in metadata["tool_name"]
+    assert metadata["server_name"]
+    assert isinstance(metadata["arguments"], str)
+    numbers = [item["sequence_number"] for item in items]
+    # Numbered through the session, as TARSy does: no two items share a number.
+    assert numbers == sorted(numbers)
+    assert len(set(numbers)) == len(numbers)
+
+
+def test_usage_summary_as_tarsy_shapes_it(tarsy, ran):
+    window = "start_date=2000-01-01T00:00:00Z&end_date=2000-12-01T00:00:00Z"
+    empty = tarsy.get(f"/usage/summary?{window}").json()
+    assert empty["totals"]["total_tokens"] == 0
+    assert empty["by_model"] == []
+    now = ran.created_at
+    start = (now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    end = (now + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    summary = tarsy.get(f"/usage/summary?start_date={start}&end_date={end}").json()
+    assert set(summary) == {
+        "cost_estimation_enabled", "window", "rank_by", "totals", "by_model",
+        "by_alert_type", "by_chain", "top_sessions",
+    }  # fmt: skip
+    assert summary["totals"]["session_count"] == 1
+    assert summary["top_sessions"][0]["session_id"] == str(ran.id)
+    assert summary["by_chain"][0]["chain_id"] == ran.chain_id
+    assert_error(tarsy.get("/usage/summary"), 400, "start_date is required")
+    assert_error(tarsy.get(f"/usage/summary?start_date={end}&end_date={start}"), 400, "before")
+    far = "start_date=2000-01-01T00:00:00Z&end_date=2002-01-01T00:00:00Z"
+    assert_error(tarsy.get(f"/usage/summary?{far}"), 400, "365 days")
+    assert_error(tarsy.get(f"/usage/summary?{window}&rank_by=vibes"), 400, "rank_by")

@@ -406,7 +406,9 @@ async def test_live_events_follow_with_db_event_id_on_persistent_ones_only(token
 
     assert [m["type"] for m in messages] == [
         "stage.status",
+        "session.progress",
         "execution.status",
+        "execution.progress",
         "timeline_event.created",
         "stream.chunk",
         "stream.chunk",
@@ -419,7 +421,30 @@ async def test_live_events_follow_with_db_event_id_on_persistent_ones_only(token
     assert [c["delta"] for c in chunks] == ["All ", "good"]
     assert set(chunks[0]) == {"type", "session_id", "timestamp", "event_id", "delta"}
     assert chunks[0]["event_id"] == str(item.id)
-    status = messages[1]
+    progress, agent_progress = messages[1], messages[3]
+    assert progress == {
+        "type": "session.progress",
+        "session_id": str(session.id),
+        "timestamp": progress["timestamp"],
+        "current_stage_name": "investigation",
+        "current_stage_index": 1,
+        "total_stages": progress["total_stages"],
+        # Counted as the event is sent: the agent may have started by then.
+        "active_executions": progress["active_executions"],
+        "status_text": "Starting stage: investigation",
+    }
+    assert progress["total_stages"] >= 1
+    assert progress["active_executions"] in (0, 1)
+    assert agent_progress == {
+        "type": "execution.progress",
+        "session_id": str(session.id),
+        "timestamp": agent_progress["timestamp"],
+        "stage_id": str(execution.stage_id),
+        "execution_id": str(execution.id),
+        "phase": "investigating",
+        "message": "KubernetesAgent started",
+    }
+    status = messages[2]
     assert status == {
         "type": "execution.status",
         "session_id": str(session.id),
@@ -486,6 +511,57 @@ async def test_the_sessions_channel_gets_status_copies_without_db_event_id(token
     assert len(messages) == 2
     assert {m["status"] for m in messages} == {"completed"}
     assert sorted("db_event_id" in m for m in messages) == [False, True]
+
+
+async def test_interactions_and_stage_progress_reach_tarsys_clients(token):
+    """``interaction.created`` (stored) on the session's channel; ``session.progress``
+    on the list's too, so a list shows the stage an active session is in."""
+    session, lease = await sync_to_async(running_session)()
+    session_socket = await connected_client(token)
+    await session_socket.send_json_to({"action": "subscribe", "channel": f"session:{session.id}"})
+    list_socket = await connected_client(token)
+    await list_socket.send_json_to({"action": "subscribe", "channel": "sessions"})
+    await receive_all(session_socket)
+    await receive_all(list_socket)
+
+    def work():
+        stage = services.stage_start(lease=lease, name="investigation", index=0)
+        execution = services.execution_start(
+            lease=lease,
+            stage=stage,
+            agent_name="KubernetesAgent",
+            agent_index=1,
+            llm_backend="scripted",
+            llm_provider="demo",
+            model_name="demo",
+        )
+        call = services.mcp_interaction_create(
+            lease=lease,
+            execution=execution,
+            interaction_type="tool_call",
+            server_name="kubernetes",
+            tool_name="get_pods",
+        )
+        return execution, call
+
+    execution, call = await sync_to_async(work)()
+    on_session = await receive_all(session_socket)
+    on_list = await receive_all(list_socket)
+    await session_socket.disconnect()
+    await list_socket.disconnect()
+    [created] = [m for m in on_session if m["type"] == "interaction.created"]
+    assert created == {
+        "type": "interaction.created",
+        "session_id": str(session.id),
+        "timestamp": created["timestamp"],
+        "stage_id": str(execution.stage_id),
+        "execution_id": str(execution.id),
+        "interaction_id": str(call.id),
+        "interaction_type": "mcp",
+        "db_event_id": created["db_event_id"],
+    }
+    assert [m["type"] for m in on_list] == ["session.progress"]
+    assert on_list[0]["current_stage_name"] == "investigation"
 
 
 async def test_the_sessions_channel_alone_gets_no_timeline(token):

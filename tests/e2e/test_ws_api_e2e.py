@@ -29,6 +29,7 @@ PERSISTENT = (
     "stage.status",
     "review.status",
     "chat.created",
+    "interaction.created",
 )
 CAP = 200
 

@@ -349,8 +349,8 @@ def test_the_second_run_comes_after_the_interrupted_one_and_the_counters_count_i
         "The root cause is a missing DATABASE_URL.",
     )
     assert (detail["total_stages"], detail["completed_stages"], detail["failed_stages"]) == (
-        1,
-        1,
+        2,  # the investigation and its executive summary (TARSy counts every stage)
+        2,
         0,
     )
     assert [(s["stage_index"], s["status"]) for s in detail["stages"]] == [

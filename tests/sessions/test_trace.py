@@ -220,7 +220,7 @@ def test_interactions_are_grouped_by_stage_and_agent_with_sub_agents_nested(clie
     tool = run.mcp(workload)
     second = run.llm(change)
     nested = run.llm(helper)
-    last = run.llm(summarizer, interaction_type="exec_summary")
+    last = run.llm(summarizer, interaction_type="executive_summary")
 
     page = parse(client.get(trace_url(run.session.id)))
 
