@@ -233,6 +233,7 @@ TESTS = Path(__file__).resolve().parent
 # parametrization). A full run names any other test that starts a process at its end.
 REAL_PROCESS = (
     "e2e/",
+    "compat/test_tarsy_scenarios.py",
     "test_hostile_corpus.py",
     "agents/test_chains.py",
     "agents/test_controller.py",
@@ -251,6 +252,7 @@ REAL_PROCESS = (
     "compat/test_rest_compat.py::test_filters_select_what_they_say",
     "compat/test_rest_compat.py::test_summary_and_status",
     "compat/test_rest_compat.py::test_the_detail_has_stages_and_executions",
+    "compat/test_tarsy_configs.py::test_manage_py_check_passes_a_tarsy_directory_and_names_a_misspelled_key",
     "compat/test_rest_compat.py::test_the_list_has_tarsys_envelope_and_items",
     "compat/test_rest_compat.py::test_the_timeline_is_a_bare_array_with_empty_keys_omitted",
     "llm/test_google_native.py::test_fake_runs_standalone_from_a_script",
