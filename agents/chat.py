@@ -184,7 +184,9 @@ async def _answer(lease: services.ChatLease, stop: Stop, control: RunControl) ->
         except TimeoutError:
             limit = int(settings.TARSY_SESSION_TIMEOUT)
             return await _end(
-                lease, ChatMessageStatus.TIMED_OUT, f"The answer exceeded its timeout of {limit} s."
+                lease,
+                ChatMessageStatus.TIMED_OUT,
+                f"The answer timed out: it exceeded its timeout of {limit} s.",
             )
         except asyncio.CancelledError:
             if stop.lease_lost:

@@ -273,9 +273,9 @@ async def _run_session(lease: services.Lease, stop: Stop, control: RunControl) -
             async with asyncio.timeout(settings.TARSY_SESSION_TIMEOUT):
                 final_analysis, summary, summary_error = await _run_chain(session, lease, control)
         except TimeoutError:
-            message = (
-                f"The session exceeded its timeout of {int(settings.TARSY_SESSION_TIMEOUT)} s."
-            )
+            # "timed out", the words TARSy's clients look for.
+            limit = int(settings.TARSY_SESSION_TIMEOUT)
+            message = f"The session timed out: it exceeded its timeout of {limit} s."
             return await _end(lease, SessionStatus.TIMED_OUT, message)
         except asyncio.CancelledError:
             if stop.lease_lost:

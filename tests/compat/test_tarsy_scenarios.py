@@ -540,3 +540,96 @@ def test_cancellation_as_tarsy(cancellation):
     kinds = [item["event_type"] for item in timeline]
     assert (kinds.count("final_analysis"), kinds.count("executive_summary")) == (2, 1)
     assert len(cancellation["llm_calls"]) == 6
+
+
+# --- TestE2E_Timeout -----------------------------------------------------------------
+
+# TARSy's test gives sessions and chat answers 2 s; a loaded CI machine needs a little
+# more for the quick session to finish inside it.
+TIMEOUT_SECONDS = "4"
+
+
+@pytest.fixture(scope="module")
+def timeout(tmp_path_factory) -> dict[str, Any]:
+    """TARSy's TestE2E_Timeout: an investigation whose model never answers times out;
+    on another session a chat answer times out and the next question is answered."""
+    tmp_path = tmp_path_factory.mktemp("timeout")
+    scenario = Scenario("timeout", tmp_path)
+    fake, port = _start_fake_llm(scenario)
+    env = {**_scenario_env(scenario, port), "TARSY_SESSION_TIMEOUT": TIMEOUT_SECONDS}
+    try:
+        with deployment(tmp_path, provider=demo_provider(), extra_env=env) as tarsy:
+            token = tarsy.manage("create_api_token", "api-client").strip()
+
+            def call(method: str, path: str, body: dict | None = None) -> Any:
+                status, answer = tarsy.api(method, f"/api/v1{path}", token, body)
+                assert status in (200, 202), (path, status, answer)
+                return answer
+
+            def status_of(session_id: str) -> str:
+                return call("GET", f"/sessions/{session_id}/status")["status"]
+
+            def stage_status(session_id: str, stage_id: str) -> str:
+                stages = call("GET", f"/sessions/{session_id}")["stages"]
+                return next(s["status"] for s in stages if s["id"] == stage_id)
+
+            first = call("POST", "/alerts", {"alert_type": "test-timeout", "data": "Investigation timeout test"})["session_id"]  # fmt: skip
+            _wait(lambda: status_of(first) == "timed_out", "the timed-out investigation")
+            second = call("POST", "/alerts", {"alert_type": "test-chat-timeout", "data": "Chat timeout test"})["session_id"]  # fmt: skip
+            _wait(lambda: status_of(second) == "completed", "the quick check")
+            asked = call("POST", f"/sessions/{second}/chat/messages", {"content": "Ask a question"})
+            _wait(
+                lambda: stage_status(second, asked["stage_id"]) == "timed_out",
+                "the timed-out chat answer",
+            )
+            again = call(
+                "POST", f"/sessions/{second}/chat/messages", {"content": "Follow-up question"}
+            )
+            _wait(
+                lambda: stage_status(second, again["stage_id"]) == "completed",
+                "the second answer",
+            )
+            return {
+                "first": call("GET", f"/sessions/{first}"),
+                "first_timeline": call("GET", f"/sessions/{first}/timeline"),
+                "second": call("GET", f"/sessions/{second}"),
+                "second_timeline": call("GET", f"/sessions/{second}/timeline"),
+                "llm_calls": scenario.llm_calls(),
+                "log": tarsy.log_tail(200),
+            }
+    finally:
+        fake.kill()
+        fake.wait()
+
+
+def test_timeout_as_tarsy(timeout):
+    first = timeout["first"]
+    assert first["status"] == "timed_out", timeout["log"]
+    assert "timed out" in first["error_message"]
+    assert [(s["stage_name"], s["status"]) for s in first["stages"]] == [
+        ("investigation", "timed_out")
+    ]
+    assert [(e["agent_name"], e["status"]) for e in first["stages"][0]["executions"]] == [
+        ("TimeoutAgent", "timed_out")
+    ]
+    assert all(item["status"] != "streaming" for item in timeout["first_timeline"])
+
+    second = timeout["second"]
+    assert second["status"] == "completed"  # a timed-out chat answer leaves it so
+    assert [(s["stage_name"], s["status"]) for s in second["stages"]] == [
+        ("quick-check", "completed"),
+        ("Executive Summary", "completed"),
+        ("Chat", "timed_out"),
+        ("Chat", "completed"),
+    ]
+    assert [(e["agent_name"], e["status"]) for s in second["stages"] for e in s["executions"]] == [
+        ("QuickInvestigator", "completed"),
+        ("ExecSummaryAgent", "completed"),
+        ("ChatAgent", "timed_out"),
+        ("ChatAgent", "completed"),
+    ]
+    timeline = timeout["second_timeline"]
+    assert all(item["status"] != "streaming" for item in timeline)
+    kinds = [item["event_type"] for item in timeline]
+    assert (kinds.count("final_analysis"), kinds.count("executive_summary")) == (2, 1)
+    assert len(timeout["llm_calls"]) == 5

@@ -247,7 +247,7 @@ def test_an_answer_over_the_session_timeout_ends_timed_out_and_keeps_what_it_sai
     assert run_chat_message(message_id) == "timed_out"
     message = ChatMessage.objects.get(id=message_id)
     assert message.status == "timed_out"
-    assert message.error_message == "The answer exceeded its timeout of 1 s."
+    assert message.error_message == "The answer timed out: it exceeded its timeout of 1 s."
     assert message.stage.status == "timed_out"
     items = dict(chat_items(message.stage_id))
     assert items["llm_response"] == "failed"
