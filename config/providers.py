@@ -72,14 +72,15 @@ SDK_KEY_ENV = {
 
 
 def base_url_variable(provider_type: str) -> str:
-    """``TARSY_GOOGLE_BASE_URL``…: where providers of the configuration that set no
-    ``base_url`` are reached (an egress gateway, a recording proxy)."""
+    """``TARSY_GOOGLE_BASE_URL``…: where every provider of that type in the
+    configuration is reached, whatever its ``base_url`` (an egress gateway, a recording
+    proxy, a test's fake)."""
     return f"TARSY_{provider_type.upper()}_BASE_URL"
 
 
 def file_row(provider: FileProvider) -> LLMProvider:
     """A provider of the configuration as an (unsaved) admin row, read like one."""
-    base_url = provider.base_url or os.environ.get(base_url_variable(provider.type), "")
+    base_url = os.environ.get(base_url_variable(provider.type)) or provider.base_url
     key_env = provider.api_key_env
     if not key_env and not (provider.type == "openai" and provider.base_url):
         key_env = SDK_KEY_ENV.get(provider.type, "")

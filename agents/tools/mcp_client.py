@@ -42,6 +42,7 @@ from mcp.types import (
 from config.types import SESSION_ID_PLACEHOLDER, HttpTransport, MCPServerConfig
 from llm.tool_names import split_tool_name
 from llm.types import ToolDefinition
+from masking import mask_text
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,9 @@ class MCPServerError(Exception):
     """A configured MCP server could not be started, initialized or asked for its tools."""
 
     def __init__(self, server_id: str, message: str) -> None:
+        # Masked once, here: the message names the command and its arguments, quotes the
+        # OS's or the server's words, and goes to logs, pages and the database.
+        message = mask_text(message)
         super().__init__(message)
         self.server_id = server_id
         self.message = message

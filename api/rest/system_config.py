@@ -11,10 +11,8 @@ strings (``40m``), maps are sorted and an empty map is ``{}``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -31,19 +29,7 @@ from config.types import (
     TarsyConfig,
 )
 from llm.types import NATIVE_TOOLS
-
-HIDDEN = "***"
-_SECRET_PREFIXES = ("ghp_", "gho_", "github_pat_", "xoxb-", "xoxp-", "sk-", "AKIA", "Bearer ")
-_JWT_RE = re.compile(r"eyJ[\w-]+\.[\w-]+\.")
-_LONG_RUN_RE = re.compile(r"[A-Za-z0-9_\-+/=]{32,}")
-
-
-def looks_secret(text: str) -> bool:
-    return (
-        any(prefix in text for prefix in _SECRET_PREFIXES)
-        or bool(_JWT_RE.search(text))
-        or bool(_LONG_RUN_RE.search(text))
-    )
+from masking.shown import HIDDEN, looks_secret, safe_url
 
 
 def duration(seconds: float | None) -> str | None:
@@ -57,21 +43,6 @@ def duration(seconds: float | None) -> str | None:
     minutes, secs = divmod(rest, 60)
     text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes or hours else "")
     return text + (f"{secs}s" if secs or not text else "")
-
-
-def safe_url(url: str) -> str:
-    """Scheme, host, port and path: no user, password, query or fragment."""
-    if not url:
-        return ""
-    try:
-        parts = urlsplit(url)
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        return HIDDEN if looks_secret(url) else ""
-    if not parts.scheme or not parts.hostname:
-        return HIDDEN if looks_secret(url) else ""
-    path = parts.path.replace("%7B%7B", "{{").replace("%7D%7D", "}}")
-    return f"{parts.scheme}://{parts.hostname}{port}{path}"
 
 
 def _sorted(mapping: dict[str, Any]) -> dict[str, Any]:

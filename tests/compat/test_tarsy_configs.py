@@ -272,6 +272,10 @@ def test_a_file_provider_without_a_key_variable_reads_its_sdks(monkeypatch):
         "GOOGLE_API_KEY",
         "http://gateway.internal:8080",
     )
+    # The variable wins over a provider's own base_url (one gateway for all of them).
+    own = file_row(FileProvider(name="o", type="google", model="m", base_url="https://own"))
+    assert own.base_url == "http://gateway.internal:8080"
+    monkeypatch.delenv("TARSY_GOOGLE_BASE_URL")
     own = file_row(FileProvider(name="o", type="google", model="m", base_url="https://own"))
     assert own.base_url == "https://own"
     # A keyless OpenAI-compatible server stays keyless.

@@ -545,8 +545,8 @@ def test_cancellation_as_tarsy(cancellation):
 # --- TestE2E_Timeout -----------------------------------------------------------------
 
 # TARSy's test gives sessions and chat answers 2 s; a loaded CI machine needs a little
-# more for the quick session to finish inside it.
-TIMEOUT_SECONDS = "4"
+# more for the quick session (and the first model call) to fit inside it.
+TIMEOUT_SECONDS = "8"
 
 
 @pytest.fixture(scope="module")
@@ -633,3 +633,96 @@ def test_timeout_as_tarsy(timeout):
     kinds = [item["event_type"] for item in timeline]
     assert (kinds.count("final_analysis"), kinds.count("executive_summary")) == (2, 1)
     assert len(timeout["llm_calls"]) == 5
+
+
+# --- TestE2E_Concurrency (and its configuration's planted secrets) ------------------
+
+# What TARSy's concurrency configuration plants in its MCP servers' settings: a token as
+# the command, secrets in arguments, environment, URL and bearer token.
+SENTINELS = ("E2E_SENTINEL", "ghp_FAKE_NOT_REAL_GITHUB_TOKEN")
+
+
+@pytest.fixture(scope="module")
+def concurrency(tmp_path_factory) -> dict[str, Any]:
+    """TARSy's TestE2E_Concurrency: four sessions with room for two at a time; each
+    agent's model holds its answer until the test lets them all go."""
+    tmp_path = tmp_path_factory.mktemp("concurrency")
+    scenario = Scenario("concurrency", tmp_path)
+    fake, port = _start_fake_llm(scenario)
+    env = {**_scenario_env(scenario, port), "TARSY_MAX_CONCURRENT_SESSIONS": "2"}
+
+    def held() -> int:
+        return sum(call.get("blocked", False) for call in scenario.llm_calls())
+
+    try:
+        with deployment(tmp_path, provider=demo_provider(), extra_env=env) as tarsy:
+            token = tarsy.manage("create_api_token", "api-client").strip()
+
+            def call(method: str, path: str, body: dict | None = None) -> Any:
+                status, answer = tarsy.api(method, f"/api/v1{path}", token, body)
+                assert status in (200, 202), (path, status, answer)
+                return answer
+
+            ids = [
+                call(
+                    "POST",
+                    "/alerts",
+                    {"alert_type": "test-concurrency", "data": f"Concurrency test session {n}"},
+                )["session_id"]
+                for n in range(1, 5)
+            ]
+            try:
+                _wait(lambda: held() >= 2, "two sessions waiting on the model", timeout=60)
+            except AssertionError:
+                states = [call("GET", f"/sessions/{i}") for i in ids]
+                raise AssertionError((states[0], tarsy.log_tail(80))) from None
+            time.sleep(1.0)  # room for a third, which must not come
+            while_held = {"held": held(), "active": call("GET", "/sessions/active")}
+            scenario.record.with_suffix(".release").touch()
+
+            def statuses() -> list[str]:
+                return [call("GET", f"/sessions/{i}/status")["status"] for i in ids]
+
+            _wait(lambda: statuses() == ["completed"] * 4, "all four sessions")
+            seen = {
+                "config": json.dumps(call("GET", "/system/config")),
+                "servers": json.dumps(call("GET", "/system/mcp-servers")),
+                "warnings": json.dumps(call("GET", "/system/warnings")),
+            }
+            return {
+                **while_held,
+                "sessions": [call("GET", f"/sessions/{i}") for i in ids],
+                "timelines": [call("GET", f"/sessions/{i}/timeline") for i in ids],
+                "llm_calls": scenario.llm_calls(),
+                "seen": seen,
+                "logs": "\n".join(path.read_text() for path in tarsy.logs if path.exists()),
+            }
+    finally:
+        fake.kill()
+        fake.wait()
+
+
+def test_concurrency_as_tarsy(concurrency):
+    assert concurrency["held"] == 2
+    active = concurrency["active"]
+    assert (len(active["active"]), len(active["queued"])) == (2, 2)
+    for session, timeline in zip(concurrency["sessions"], concurrency["timelines"], strict=True):
+        assert session["status"] == "completed"
+        assert [(s["stage_name"], s["status"]) for s in session["stages"]] == [
+            ("analysis", "completed"),
+            ("Executive Summary", "completed"),
+        ]
+        assert [
+            (e["agent_name"], e["status"]) for s in session["stages"] for e in s["executions"]
+        ] == [("SimpleAgent", "completed"), ("ExecSummaryAgent", "completed")]
+        assert all(item["status"] != "streaming" for item in timeline)
+    # No session's items leaked into another's.
+    assert len({len(timeline) for timeline in concurrency["timelines"]}) == 1
+    assert len(concurrency["llm_calls"]) == 8
+
+
+def test_the_planted_secrets_show_nowhere(concurrency):
+    for where, text in {**concurrency["seen"], "logs": concurrency["logs"]}.items():
+        for sentinel in SENTINELS:
+            assert sentinel not in text, (where, sentinel)
+    assert '"bearer_token_set": true' in concurrency["seen"]["config"]

@@ -185,3 +185,11 @@ def configured_providers() -> list:
     from sessions.selectors.system import listed_providers
 
     return [row for row in listed_providers(get_config()) if row.source != "admin"]
+
+
+@register.filter
+def safe_url(url: str) -> str:
+    """A URL as TARSy's config viewer shows it: no user, password, query or fragment."""
+    from masking.shown import safe_url as strip
+
+    return strip(url or "")

@@ -19,6 +19,7 @@ import json
 import re
 import sys
 import threading
+import time
 from collections import defaultdict, deque
 from pathlib import Path
 from typing import Any
@@ -76,7 +77,7 @@ class ScenarioLLM(ScriptedServer):
                             "api": "openai" if openai else "gemini",
                             "agent": agent,
                             "answered": entry is not None and "error" not in entry,
-                            "blocked": bool(entry and entry.get("block")),
+                            "blocked": bool(entry and (entry.get("block") or entry.get("hold"))),
                             "body": body,
                         }
                     )
@@ -97,6 +98,12 @@ class ScenarioLLM(ScriptedServer):
             # hangs up (a cancelled session closes it).
             self._send_stream(handler, StreamReply((SSEEvent(data="{}", delay=600.0),)))
             return
+        if entry.get("hold") and self.record is not None:
+            # TARSy's WaitCh: answer only once the test releases the held calls.
+            release = self.record.with_suffix(".release")
+            deadline = time.monotonic() + 120
+            while not release.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
         reply = _openai_reply(entry) if openai else _gemini_reply(entry)
         self._send_stream(handler, reply)
 
