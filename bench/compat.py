@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# Not bench/ itself: bench/mcp.py would stand in for the mcp SDK this loads.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tarsy_site.settings")
 os.environ.setdefault("TARSY_DATA_DIR", tempfile.mkdtemp(prefix="tarsy-bench-compat-"))
