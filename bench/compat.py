@@ -7,7 +7,7 @@ end to end (issue 20).
   times: median and p95 per configuration, the largest first.
 - **``manage.py check``**: the command itself on the pipeline directory (a fresh
   process: Django's start-up included).
-- **Pipeline scenario**: ``tests/compat/test_tarsy_scenarios.py``'s pipeline, a real
+- **Pipeline scenario**: ``tests/e2e/test_tarsy_scenarios.py``'s pipeline, a real
   daphne and qcluster from start to the second chat answer (``--scenario``; slow).
 
 Usage: .venv/bin/python bench/compat.py [--runs 50] [--scenario]
@@ -87,7 +87,7 @@ def scenario(runs: int) -> None:
         started = time.perf_counter()
         subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-             "tests/compat/test_tarsy_scenarios.py", "-k", "pipeline_stages"],
+             "tests/e2e/test_tarsy_scenarios.py", "-k", "pipeline_stages"],
             cwd=ROOT, check=True, capture_output=True,
         )  # fmt: skip
         times.append(time.perf_counter() - started)

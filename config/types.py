@@ -334,9 +334,9 @@ class FileProvider:
 
 @dataclass(frozen=True)
 class QueueConfig:
-    """TARSy's ``queue:`` block, read and validated. The worker settings here are the
-    TARSY_* environment variables (README, "Moving from TARSy"); ``manage.py check`` says
-    when the two disagree."""
+    """TARSy's ``queue:`` block, read and validated but not applied: the workers here
+    run on the TARSY_* environment variables (README, "Moving from TARSy"), which
+    ``/system/config`` shows under these names."""
 
     worker_count: int | None = None
     max_concurrent_sessions: int | None = None

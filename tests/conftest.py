@@ -233,7 +233,6 @@ TESTS = Path(__file__).resolve().parent
 # parametrization). A full run names any other test that starts a process at its end.
 REAL_PROCESS = (
     "e2e/",
-    "compat/test_tarsy_scenarios.py",
     "test_hostile_corpus.py",
     "agents/test_chains.py",
     "agents/test_controller.py",

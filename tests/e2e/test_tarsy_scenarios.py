@@ -28,9 +28,9 @@ from tests.e2e.harness import demo_provider, deployment, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-HERE = Path(__file__).parent
-CONFIGS = HERE / "tarsy_configs"
-SCENARIOS = HERE / "scenarios"
+COMPAT = Path(__file__).parents[1] / "compat"
+CONFIGS = COMPAT / "tarsy_configs"
+SCENARIOS = COMPAT / "scenarios"
 
 
 class Scenario:
