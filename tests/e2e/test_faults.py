@@ -286,7 +286,7 @@ def test_a_frozen_worker_resumed_after_being_reaped_writes_nothing(tmp_path):
         )
         (worker,) = [w for (w,) in tarsy.query("SELECT worker_id FROM alert_sessions_alertsession")]
         pid = int(worker.rsplit(":", 1)[1])
-        os.kill(pid, signal.SIGSTOP)  # a long GC pause, a frozen VM
+        _freeze_between_writes(pid, tarsy)  # a long GC pause, a frozen VM
         try:
             wait_until(lambda: statuses(tarsy)[session_id] == "timed_out", 20, "reaped", tarsy)
             counts = _row_counts(tarsy)
@@ -328,6 +328,28 @@ def test_the_concurrency_limit_holds_across_two_clusters(tmp_path):
         workers = {w for (w,) in tarsy.query("SELECT worker_id FROM alert_sessions_alertsession")}
         assert len(workers) >= 2
         assert_each_ran_once_and_nothing_came_after_its_end(tarsy)
+
+
+def _freeze_between_writes(pid: int, tarsy: Deployment) -> None:
+    """SIGSTOP ``pid`` at a moment it holds no SQLite write lock. Frozen inside a write
+    (more likely on a loaded machine, where a write takes longer), it would hold the
+    database-wide lock and no one, the reaper included, could write until it resumed:
+    not the situation under test. Then it is let go for a moment and frozen again."""
+    import sqlite3
+
+    for _ in range(50):
+        os.kill(pid, signal.SIGSTOP)
+        probe = sqlite3.connect(tarsy.database, timeout=0.2)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.rollback()
+            return
+        except sqlite3.OperationalError:
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            probe.close()
+    raise AssertionError("the worker held the database's write lock at every try")
 
 
 def _row_counts(tarsy: Deployment) -> dict[str, int]:
