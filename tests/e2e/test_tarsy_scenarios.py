@@ -440,20 +440,33 @@ def test_failure_propagation_fails_fast_as_tarsy(failure_propagation):
     assert by_agent == {"": 1, "CheckerA": 1, "CheckerB": 4}
 
 
-# --- TestE2E_Cancellation ------------------------------------------------------------
+# --- TestE2E_Cancellation and TestE2E_Timeout -----------------------------------------
+#
+# One shape, twice: an investigation whose agents never get an answer ends (cancelled;
+# timed out), then on a second session a chat answer ends the same way and the next
+# question is answered.
+
+# TARSy's test gives sessions and chat answers 2 s; a loaded CI machine needs a little
+# more for the quick session (and the first model call) to fit inside it.
+TIMEOUT_SECONDS = "8"
 
 
-@pytest.fixture(scope="module")
-def cancellation(tmp_path_factory) -> dict[str, Any]:
-    """TARSy's TestE2E_Cancellation: an investigation cancelled while both its agents
-    wait on the model; then, on another session, a chat answer cancelled the same way
-    and a second question answered."""
-    tmp_path = tmp_path_factory.mktemp("cancellation")
-    scenario = Scenario("cancellation", tmp_path)
+def _interrupted_twice(
+    name: str,
+    tmp_path: Path,
+    *,
+    alert_types: tuple[str, str],
+    waiting_agents: int,
+    ended: str,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """``ended`` is how the first session and the first chat answer end: "cancelled"
+    (the test cancels each once its model calls wait) or "timed_out" (they run out)."""
+    scenario = Scenario(name, tmp_path)
     fake, port = _start_fake_llm(scenario)
-    env = _scenario_env(scenario, port)
+    env = {**_scenario_env(scenario, port), **(extra_env or {})}
 
-    def blocked() -> int:
+    def waiting() -> int:
         return sum(call.get("blocked", False) for call in scenario.llm_calls())
 
     try:
@@ -468,33 +481,34 @@ def cancellation(tmp_path_factory) -> dict[str, Any]:
             def status_of(session_id: str) -> str:
                 return call("GET", f"/sessions/{session_id}/status")["status"]
 
-            first = call("POST", "/alerts", {"alert_type": "test-cancel", "data": "Investigation cancellation test"})["session_id"]  # fmt: skip
-            _wait(lambda: blocked() >= 2, "both investigators waiting on the model")
-            call("POST", f"/sessions/{first}/cancel")
-            _wait(lambda: status_of(first) == "cancelled", "the cancelled investigation")
-
-            second = call("POST", "/alerts", {"alert_type": "test-chat-cancel", "data": "Chat cancellation test"})["session_id"]  # fmt: skip
-            _wait(lambda: status_of(second) == "completed", "the quick check")
-            asked = call("POST", f"/sessions/{second}/chat/messages", {"content": "Ask a question"})
-            _wait(lambda: blocked() >= 3, "the chat answer waiting on the model")
-            call("POST", f"/sessions/{second}/cancel")
-
             def stage_status(session_id: str, stage_id: str) -> str:
                 stages = call("GET", f"/sessions/{session_id}")["stages"]
                 return next(s["status"] for s in stages if s["id"] == stage_id)
 
-            _wait(
-                lambda: stage_status(second, asked["stage_id"]) == "cancelled",
-                "the cancelled chat answer",
-            )
+            def submit(alert_type: str) -> str:
+                return call("POST", "/alerts", {"alert_type": alert_type, "data": name})[
+                    "session_id"
+                ]
+
+            first = submit(alert_types[0])
+            if ended == "cancelled":
+                _wait(lambda: waiting() >= waiting_agents, "the agents waiting on the model")
+                call("POST", f"/sessions/{first}/cancel")
+            _wait(lambda: status_of(first) == ended, f"the first session {ended}")
+
+            second = submit(alert_types[1])
+            _wait(lambda: status_of(second) == "completed", "the quick check")
+            asked = call("POST", f"/sessions/{second}/chat/messages", {"content": "Ask a question"})
+            if ended == "cancelled":
+                _wait(lambda: waiting() >= waiting_agents + 1, "the answer waiting on the model")
+                call("POST", f"/sessions/{second}/cancel")
+            _wait(lambda: stage_status(second, asked["stage_id"]) == ended, f"the answer {ended}")
             again = call(
                 "POST", f"/sessions/{second}/chat/messages", {"content": "Follow-up question"}
             )
-            _wait(
-                lambda: stage_status(second, again["stage_id"]) == "completed",
-                "the second answer",
-            )
+            _wait(lambda: stage_status(second, again["stage_id"]) == "completed", "the next answer")
             return {
+                "ended": ended,
                 "first": call("GET", f"/sessions/{first}"),
                 "first_timeline": call("GET", f"/sessions/{first}/timeline"),
                 "second": call("GET", f"/sessions/{second}"),
@@ -507,132 +521,68 @@ def cancellation(tmp_path_factory) -> dict[str, Any]:
         fake.wait()
 
 
-def test_cancellation_as_tarsy(cancellation):
-    first = cancellation["first"]
-    assert first["status"] == "cancelled", cancellation["log"]
-    assert [(s["stage_name"], s["status"]) for s in first["stages"]] == [
-        ("investigation", "cancelled")
-    ]
+def _assert_interrupted_twice(outputs: dict[str, Any], agents: list[str], calls: int) -> None:
+    """TARSy's assertions, shared by both scenarios."""
+    ended, first, second = outputs["ended"], outputs["first"], outputs["second"]
+    assert first["status"] == ended, outputs["log"]
+    assert [(s["stage_name"], s["status"]) for s in first["stages"]] == [("investigation", ended)]
     assert sorted((e["agent_name"], e["status"]) for e in first["stages"][0]["executions"]) == [
-        ("InvestigatorA", "cancelled"),
-        ("InvestigatorB", "cancelled"),
+        (agent, ended) for agent in agents
     ]
-    assert all(item["status"] != "streaming" for item in cancellation["first_timeline"])
+    assert all(item["status"] != "streaming" for item in outputs["first_timeline"])
 
-    second = cancellation["second"]
-    assert second["status"] == "completed"  # a cancelled chat answer leaves it so
+    assert second["status"] == "completed"  # an interrupted chat answer leaves it so
     assert [(s["stage_name"], s["status"]) for s in second["stages"]] == [
         ("quick-check", "completed"),
         ("Executive Summary", "completed"),
-        ("Chat", "cancelled"),
+        ("Chat", ended),
         ("Chat", "completed"),
     ]
     assert [(e["agent_name"], e["status"]) for s in second["stages"] for e in s["executions"]] == [
         ("QuickInvestigator", "completed"),
         ("ExecSummaryAgent", "completed"),
-        ("ChatAgent", "cancelled"),
+        ("ChatAgent", ended),
         ("ChatAgent", "completed"),
     ]
-    timeline = cancellation["second_timeline"]
+    timeline = outputs["second_timeline"]
     assert all(item["status"] != "streaming" for item in timeline)
     # TARSy counts 3 final_analysis items: its executive summary is one; ours is an
     # executive_summary item (README).
     kinds = [item["event_type"] for item in timeline]
     assert (kinds.count("final_analysis"), kinds.count("executive_summary")) == (2, 1)
-    assert len(cancellation["llm_calls"]) == 6
+    assert len(outputs["llm_calls"]) == calls
 
 
-# --- TestE2E_Timeout -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cancellation(tmp_path_factory) -> dict[str, Any]:
+    return _interrupted_twice(
+        "cancellation",
+        tmp_path_factory.mktemp("cancellation"),
+        alert_types=("test-cancel", "test-chat-cancel"),
+        waiting_agents=2,
+        ended="cancelled",
+    )
 
-# TARSy's test gives sessions and chat answers 2 s; a loaded CI machine needs a little
-# more for the quick session (and the first model call) to fit inside it.
-TIMEOUT_SECONDS = "8"
+
+def test_cancellation_as_tarsy(cancellation):
+    _assert_interrupted_twice(cancellation, ["InvestigatorA", "InvestigatorB"], calls=6)
 
 
 @pytest.fixture(scope="module")
 def timeout(tmp_path_factory) -> dict[str, Any]:
-    """TARSy's TestE2E_Timeout: an investigation whose model never answers times out;
-    on another session a chat answer times out and the next question is answered."""
-    tmp_path = tmp_path_factory.mktemp("timeout")
-    scenario = Scenario("timeout", tmp_path)
-    fake, port = _start_fake_llm(scenario)
-    env = {**_scenario_env(scenario, port), "TARSY_SESSION_TIMEOUT": TIMEOUT_SECONDS}
-    try:
-        with deployment(tmp_path, provider=demo_provider(), extra_env=env) as tarsy:
-            token = tarsy.manage("create_api_token", "api-client").strip()
-
-            def call(method: str, path: str, body: dict | None = None) -> Any:
-                status, answer = tarsy.api(method, f"/api/v1{path}", token, body)
-                assert status in (200, 202), (path, status, answer)
-                return answer
-
-            def status_of(session_id: str) -> str:
-                return call("GET", f"/sessions/{session_id}/status")["status"]
-
-            def stage_status(session_id: str, stage_id: str) -> str:
-                stages = call("GET", f"/sessions/{session_id}")["stages"]
-                return next(s["status"] for s in stages if s["id"] == stage_id)
-
-            first = call("POST", "/alerts", {"alert_type": "test-timeout", "data": "Investigation timeout test"})["session_id"]  # fmt: skip
-            _wait(lambda: status_of(first) == "timed_out", "the timed-out investigation")
-            second = call("POST", "/alerts", {"alert_type": "test-chat-timeout", "data": "Chat timeout test"})["session_id"]  # fmt: skip
-            _wait(lambda: status_of(second) == "completed", "the quick check")
-            asked = call("POST", f"/sessions/{second}/chat/messages", {"content": "Ask a question"})
-            _wait(
-                lambda: stage_status(second, asked["stage_id"]) == "timed_out",
-                "the timed-out chat answer",
-            )
-            again = call(
-                "POST", f"/sessions/{second}/chat/messages", {"content": "Follow-up question"}
-            )
-            _wait(
-                lambda: stage_status(second, again["stage_id"]) == "completed",
-                "the second answer",
-            )
-            return {
-                "first": call("GET", f"/sessions/{first}"),
-                "first_timeline": call("GET", f"/sessions/{first}/timeline"),
-                "second": call("GET", f"/sessions/{second}"),
-                "second_timeline": call("GET", f"/sessions/{second}/timeline"),
-                "llm_calls": scenario.llm_calls(),
-                "log": tarsy.log_tail(200),
-            }
-    finally:
-        fake.kill()
-        fake.wait()
+    return _interrupted_twice(
+        "timeout",
+        tmp_path_factory.mktemp("timeout"),
+        alert_types=("test-timeout", "test-chat-timeout"),
+        waiting_agents=1,
+        ended="timed_out",
+        extra_env={"TARSY_SESSION_TIMEOUT": TIMEOUT_SECONDS},
+    )
 
 
 def test_timeout_as_tarsy(timeout):
-    first = timeout["first"]
-    assert first["status"] == "timed_out", timeout["log"]
-    assert "timed out" in first["error_message"]
-    assert [(s["stage_name"], s["status"]) for s in first["stages"]] == [
-        ("investigation", "timed_out")
-    ]
-    assert [(e["agent_name"], e["status"]) for e in first["stages"][0]["executions"]] == [
-        ("TimeoutAgent", "timed_out")
-    ]
-    assert all(item["status"] != "streaming" for item in timeout["first_timeline"])
-
-    second = timeout["second"]
-    assert second["status"] == "completed"  # a timed-out chat answer leaves it so
-    assert [(s["stage_name"], s["status"]) for s in second["stages"]] == [
-        ("quick-check", "completed"),
-        ("Executive Summary", "completed"),
-        ("Chat", "timed_out"),
-        ("Chat", "completed"),
-    ]
-    assert [(e["agent_name"], e["status"]) for s in second["stages"] for e in s["executions"]] == [
-        ("QuickInvestigator", "completed"),
-        ("ExecSummaryAgent", "completed"),
-        ("ChatAgent", "timed_out"),
-        ("ChatAgent", "completed"),
-    ]
-    timeline = timeout["second_timeline"]
-    assert all(item["status"] != "streaming" for item in timeline)
-    kinds = [item["event_type"] for item in timeline]
-    assert (kinds.count("final_analysis"), kinds.count("executive_summary")) == (2, 1)
-    assert len(timeout["llm_calls"]) == 5
+    assert "timed out" in timeout["first"]["error_message"]
+    _assert_interrupted_twice(timeout, ["TimeoutAgent"], calls=5)
 
 
 # --- TestE2E_Concurrency (and its configuration's planted secrets) ------------------
