@@ -13,10 +13,7 @@ comparison says so (README, "Moving from TARSy").
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -24,146 +21,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import demo_provider, deployment, free_port
+from tests.e2e.tarsy_scenarios import (
+    agents_by_execution,
+    differences,
+    run_scenario,
+    scenario_deployment,
+    wait,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-COMPAT = Path(__file__).parents[1] / "compat"
-CONFIGS = COMPAT / "tarsy_configs"
-SCENARIOS = COMPAT / "scenarios"
-
-
-class Scenario:
-    def __init__(self, name: str, tmp_path: Path) -> None:
-        self.name = name
-        self.dir = SCENARIOS / name
-        self.tmp = tmp_path
-        self.record = tmp_path / "llm-calls.jsonl"
-
-    def golden(self, what: str) -> Any:
-        return json.loads((self.dir / f"{what}.golden").read_text().replace("{DURATION_MS}", "0"))
-
-    def llm_calls(self) -> list[dict[str, Any]]:
-        if not self.record.exists():
-            return []
-        return [json.loads(line) for line in self.record.read_text().splitlines()]
-
-
-def _start_fake_llm(scenario: Scenario) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(SCENARIOS / "fake_llm.py"),
-            str(port),
-            str(scenario.dir / "llm_script.json"),
-            str(scenario.record),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "ready"
-    return process, port
-
-
-def _mock_command(scenario: Scenario) -> Path:
-    """``mock`` on PATH: TARSy's configurations start their MCP servers with it."""
-    bin_dir = scenario.tmp / "bin"
-    bin_dir.mkdir()
-    mock = bin_dir / "mock"
-    mock.write_text(
-        f"#!/bin/sh\nexec {sys.executable} {SCENARIOS / 'mock_mcp.py'} "
-        f"{scenario.dir / 'mcp_tools.json'}\n"
-    )
-    mock.chmod(0o755)
-    return bin_dir
-
-
-def _wait(predicate, what: str, timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _scenario_env(scenario: Scenario, port: int) -> dict[str, str]:
-    """The deployment's environment: the scenario's configuration as it is, its models at
-    the fake's address, ``mock`` on PATH."""
-    return {
-        "TARSY_CONFIG": str(CONFIGS / scenario.name),
-        "PATH": f"{_mock_command(scenario)}:{os.environ['PATH']}",
-        "TARSY_GOOGLE_BASE_URL": f"http://127.0.0.1:{port}",
-        "TARSY_OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
-        "GOOGLE_API_KEY": "e2e-not-a-key",
-        "OPENAI_API_KEY": "e2e-not-a-key",
-        "TARSY_LLM_FIRST_CHUNK_TIMEOUT": "30",
-    }
-
-
-def run_scenario(
-    name: str, tmp_path: Path, alert_type: str, data: str, questions: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    """One of TARSy's scenarios: an alert, then the chat questions, as its test does."""
-    scenario = Scenario(name, tmp_path)
-    fake, port = _start_fake_llm(scenario)
-    env = _scenario_env(scenario, port)
-    try:
-        with deployment(tmp_path, provider=demo_provider(), extra_env=env) as tarsy:
-            # TARSy's tests submit as "api-client" (its author when no proxy names one).
-            token = tarsy.manage("create_api_token", "api-client").strip()
-
-            def get(path: str) -> Any:
-                status, body = tarsy.api("GET", f"/api/v1{path}", token)
-                assert status == 200, (path, status, body)
-                return body
-
-            status, accepted = tarsy.api(
-                "POST", "/api/v1/alerts", token, {"alert_type": alert_type, "data": data}
-            )
-            assert status == 202, accepted
-            session_id = accepted["session_id"]
-            terminal = ("completed", "failed", "timed_out", "cancelled")
-            _wait(
-                lambda: get(f"/sessions/{session_id}/status")["status"] in terminal,
-                "the investigation",
-                timeout=180,
-            )
-            for question in questions:
-                status, chat = tarsy.api(
-                    "POST", f"/api/v1/sessions/{session_id}/chat/messages", token,
-                    {"content": question},
-                )  # fmt: skip
-                assert status == 202, chat
-
-                def answered(stage_id: str = chat["stage_id"]) -> bool:
-                    stages = get(f"/sessions/{session_id}")["stages"]
-                    return any(
-                        s["id"] == stage_id and s["status"] not in ("pending", "active")
-                        for s in stages
-                    )
-
-                _wait(answered, f"the answer to {question!r}")
-            outputs = {
-                "session": get(f"/sessions/{session_id}"),
-                "timeline": get(f"/sessions/{session_id}/timeline"),
-                "trace": get(f"/sessions/{session_id}/trace"),
-                "llm_calls": scenario.llm_calls(),
-                "scenario": scenario,
-                "log": tarsy.log_tail(200),
-            }
-    finally:
-        fake.kill()
-        fake.wait()
-    if dump := os.environ.get("TARSY_SCENARIO_DUMP"):
-        Path(f"{dump}.{name}.json").write_text(
-            json.dumps({k: v for k, v in outputs.items() if k != "scenario"})
-        )
-    return outputs
 
 
 @pytest.fixture(scope="module")
@@ -176,16 +42,6 @@ def pipeline(tmp_path_factory) -> dict[str, Any]:
         "Pod OOMKilled",
         ("What caused the OOM kill for pod-1?", "What are the current SLO metrics for pod-1?"),
     )
-
-
-def _agents_by_execution(session: dict[str, Any]) -> dict[str, str]:
-    names = {}
-    for stage in session["stages"]:
-        for execution in stage.get("executions", []):
-            names[execution["execution_id"]] = execution["agent_name"]
-            for child in execution.get("sub_agents", []):
-                names[child["execution_id"]] = child["agent_name"]
-    return names
 
 
 def test_pipeline_stages_and_executions_are_tarsys(pipeline):
@@ -316,7 +172,7 @@ def _item_key(agent: str, item: dict[str, Any]) -> tuple:
 
 def test_pipeline_timeline_is_tarsys(pipeline):
     session, timeline = pipeline["session"], pipeline["timeline"]
-    agents = _agents_by_execution(session)
+    agents = agents_by_execution(session)
     backends = {}
     stage_agents = {}
     for stage in session["stages"]:
@@ -350,43 +206,17 @@ def test_pipeline_timeline_is_tarsys(pipeline):
     assert sum(m.get("forced_conclusion") is True for m in forced) == 2
 
 
-def _differences(golden: Any, ours: Any, path: str = "") -> list[str]:
-    """Where ``ours`` differs from TARSy's golden value: its placeholders ({UUID},
-    {TIMESTAMP}, {EXEC_ID_3}…) stand for any value; keys TARSy does not send are ours."""
-    if isinstance(golden, str) and re.fullmatch(r"\{[A-Z_0-9]+\}", golden):
-        return [] if ours is not None else [f"{path}: missing"]
-    if isinstance(golden, dict):
-        if not isinstance(ours, dict):
-            return [f"{path}: {ours!r}"]
-        return [
-            d for key in golden for d in _differences(golden[key], ours.get(key), f"{path}.{key}")
-        ]
-    if isinstance(golden, list):
-        if not isinstance(ours, list) or len(ours) != len(golden):
-            return [f"{path}: {len(ours or [])} items, TARSy {len(golden)}"]
-        if golden and isinstance(golden[0], dict) and "agent_name" in golden[0]:
-            # Parallel agents end in either order.
-            golden = sorted(golden, key=lambda e: e["agent_name"])
-            ours = sorted(ours, key=lambda e: e["agent_name"])
-        return [
-            d
-            for i, (g, o) in enumerate(zip(golden, ours, strict=False))
-            for d in _differences(g, o, f"{path}[{i}]")
-        ]
-    return [] if golden == ours else [f"{path}: ours {ours!r}, TARSy {golden!r}"]
-
-
 def test_pipeline_session_is_tarsys_key_by_key(pipeline):
     golden = pipeline["scenario"].golden("session")
     ours = {**pipeline["session"], "duration_ms": 0}
     for stage in ours["stages"]:
         for execution in stage.get("executions", []):
             execution["duration_ms"] = 0
-    differences = _differences(golden, ours)
+    found = differences(golden, ours)
     # A stage says when it started; TARSy never sets it (null in its golden files).
-    started = [d for d in differences if re.match(r"\.stages\[\d\]\.started_at: ours '", d)]
+    started = [d for d in found if re.match(r"\.stages\[\d\]\.started_at: ours '", d)]
     assert len(started) == 9
-    assert [d for d in differences if d not in started] == [
+    assert [d for d in found if d not in started] == [
         # The summary's provider is OpenAI: TARSy records the chain's google-native,
         # which cannot drive it; here the backend that ran it (README).
         ".stages[6].executions[0].llm_backend: ours 'langchain', TARSy 'google-native'"
@@ -462,63 +292,35 @@ def _interrupted_twice(
 ) -> dict[str, Any]:
     """``ended`` is how the first session and the first chat answer end: "cancelled"
     (the test cancels each once its model calls wait) or "timed_out" (they run out)."""
-    scenario = Scenario(name, tmp_path)
-    fake, port = _start_fake_llm(scenario)
-    env = {**_scenario_env(scenario, port), **(extra_env or {})}
+    with scenario_deployment(name, tmp_path, extra_env) as run:
 
-    def waiting() -> int:
-        return sum(call.get("blocked", False) for call in scenario.llm_calls())
+        def waiting() -> int:
+            return sum(call.get("blocked", False) for call in run.scenario.llm_calls())
 
-    try:
-        with deployment(tmp_path, provider=demo_provider(), extra_env=env) as tarsy:
-            token = tarsy.manage("create_api_token", "api-client").strip()
+        first = run.submit(alert_types[0], name)
+        if ended == "cancelled":
+            wait(lambda: waiting() >= waiting_agents, "the agents waiting on the model")
+            run.call("POST", f"/sessions/{first}/cancel")
+        run.wait_status(first, ended)
 
-            def call(method: str, path: str, body: dict | None = None) -> Any:
-                status, answer = tarsy.api(method, f"/api/v1{path}", token, body)
-                assert status in (200, 202), (path, status, answer)
-                return answer
-
-            def status_of(session_id: str) -> str:
-                return call("GET", f"/sessions/{session_id}/status")["status"]
-
-            def stage_status(session_id: str, stage_id: str) -> str:
-                stages = call("GET", f"/sessions/{session_id}")["stages"]
-                return next(s["status"] for s in stages if s["id"] == stage_id)
-
-            def submit(alert_type: str) -> str:
-                return call("POST", "/alerts", {"alert_type": alert_type, "data": name})[
-                    "session_id"
-                ]
-
-            first = submit(alert_types[0])
-            if ended == "cancelled":
-                _wait(lambda: waiting() >= waiting_agents, "the agents waiting on the model")
-                call("POST", f"/sessions/{first}/cancel")
-            _wait(lambda: status_of(first) == ended, f"the first session {ended}")
-
-            second = submit(alert_types[1])
-            _wait(lambda: status_of(second) == "completed", "the quick check")
-            asked = call("POST", f"/sessions/{second}/chat/messages", {"content": "Ask a question"})
-            if ended == "cancelled":
-                _wait(lambda: waiting() >= waiting_agents + 1, "the answer waiting on the model")
-                call("POST", f"/sessions/{second}/cancel")
-            _wait(lambda: stage_status(second, asked["stage_id"]) == ended, f"the answer {ended}")
-            again = call(
-                "POST", f"/sessions/{second}/chat/messages", {"content": "Follow-up question"}
-            )
-            _wait(lambda: stage_status(second, again["stage_id"]) == "completed", "the next answer")
-            return {
-                "ended": ended,
-                "first": call("GET", f"/sessions/{first}"),
-                "first_timeline": call("GET", f"/sessions/{first}/timeline"),
-                "second": call("GET", f"/sessions/{second}"),
-                "second_timeline": call("GET", f"/sessions/{second}/timeline"),
-                "llm_calls": scenario.llm_calls(),
-                "log": tarsy.log_tail(200),
-            }
-    finally:
-        fake.kill()
-        fake.wait()
+        second = run.submit(alert_types[1], name)
+        run.wait_status(second, "completed")
+        asked = run.call("POST", f"/sessions/{second}/chat/messages", {"content": "Ask a question"})
+        if ended == "cancelled":
+            wait(lambda: waiting() >= waiting_agents + 1, "the answer waiting on the model")
+            run.call("POST", f"/sessions/{second}/cancel")
+        wait(lambda: run.stage_status(second, asked["stage_id"]) == ended, f"the answer {ended}")
+        again = run.ask(second, "Follow-up question")
+        assert run.stage_status(second, again["stage_id"]) == "completed"
+        return {
+            "ended": ended,
+            "first": run.get(f"/sessions/{first}"),
+            "first_timeline": run.get(f"/sessions/{first}/timeline"),
+            "second": run.get(f"/sessions/{second}"),
+            "second_timeline": run.get(f"/sessions/{second}/timeline"),
+            "llm_calls": run.scenario.llm_calls(),
+            "log": run.tarsy.log_tail(200),
+        }
 
 
 def _assert_interrupted_twice(outputs: dict[str, Any], agents: list[str], calls: int) -> None:
@@ -597,59 +399,39 @@ def concurrency(tmp_path_factory) -> dict[str, Any]:
     """TARSy's TestE2E_Concurrency: four sessions with room for two at a time; each
     agent's model holds its answer until the test lets them all go."""
     tmp_path = tmp_path_factory.mktemp("concurrency")
-    scenario = Scenario("concurrency", tmp_path)
-    fake, port = _start_fake_llm(scenario)
-    env = {**_scenario_env(scenario, port), "TARSY_MAX_CONCURRENT_SESSIONS": "2"}
+    with scenario_deployment(
+        "concurrency", tmp_path, {"TARSY_MAX_CONCURRENT_SESSIONS": "2"}
+    ) as run:
 
-    def held() -> int:
-        return sum(call.get("blocked", False) for call in scenario.llm_calls())
+        def held() -> int:
+            return sum(call.get("blocked", False) for call in run.scenario.llm_calls())
 
-    try:
-        with deployment(tmp_path, provider=demo_provider(), extra_env=env) as tarsy:
-            token = tarsy.manage("create_api_token", "api-client").strip()
+        ids = [run.submit("test-concurrency", f"Concurrency test session {n}") for n in range(1, 5)]
+        try:
+            wait(lambda: held() >= 2, "two sessions waiting on the model", timeout=60)
+        except AssertionError:
+            raise AssertionError((run.get(f"/sessions/{ids[0]}"), run.tarsy.log_tail(80))) from None
+        time.sleep(1.0)  # room for a third, which must not come
+        while_held = {"held": held(), "active": run.get("/sessions/active")}
+        run.scenario.record.with_suffix(".release").touch()
 
-            def call(method: str, path: str, body: dict | None = None) -> Any:
-                status, answer = tarsy.api(method, f"/api/v1{path}", token, body)
-                assert status in (200, 202), (path, status, answer)
-                return answer
+        def statuses() -> list[str]:
+            return [run.status(i) for i in ids]
 
-            ids = [
-                call(
-                    "POST",
-                    "/alerts",
-                    {"alert_type": "test-concurrency", "data": f"Concurrency test session {n}"},
-                )["session_id"]
-                for n in range(1, 5)
-            ]
-            try:
-                _wait(lambda: held() >= 2, "two sessions waiting on the model", timeout=60)
-            except AssertionError:
-                states = [call("GET", f"/sessions/{i}") for i in ids]
-                raise AssertionError((states[0], tarsy.log_tail(80))) from None
-            time.sleep(1.0)  # room for a third, which must not come
-            while_held = {"held": held(), "active": call("GET", "/sessions/active")}
-            scenario.record.with_suffix(".release").touch()
-
-            def statuses() -> list[str]:
-                return [call("GET", f"/sessions/{i}/status")["status"] for i in ids]
-
-            _wait(lambda: statuses() == ["completed"] * 4, "all four sessions")
-            seen = {
-                "config": json.dumps(call("GET", "/system/config")),
-                "servers": json.dumps(call("GET", "/system/mcp-servers")),
-                "warnings": json.dumps(call("GET", "/system/warnings")),
-            }
-            return {
-                **while_held,
-                "sessions": [call("GET", f"/sessions/{i}") for i in ids],
-                "timelines": [call("GET", f"/sessions/{i}/timeline") for i in ids],
-                "llm_calls": scenario.llm_calls(),
-                "seen": seen,
-                "logs": "\n".join(path.read_text() for path in tarsy.logs if path.exists()),
-            }
-    finally:
-        fake.kill()
-        fake.wait()
+        wait(lambda: statuses() == ["completed"] * 4, "all four sessions")
+        seen = {
+            "config": json.dumps(run.get("/system/config")),
+            "servers": json.dumps(run.get("/system/mcp-servers")),
+            "warnings": json.dumps(run.get("/system/warnings")),
+        }
+        return {
+            **while_held,
+            "sessions": [run.get(f"/sessions/{i}") for i in ids],
+            "timelines": [run.get(f"/sessions/{i}/timeline") for i in ids],
+            "llm_calls": run.scenario.llm_calls(),
+            "seen": seen,
+            "logs": "\n".join(path.read_text() for path in run.tarsy.logs if path.exists()),
+        }
 
 
 def test_concurrency_as_tarsy(concurrency):

@@ -1,0 +1,256 @@
+"""What TARSy's end-to-end scenarios share when replayed here (issue 20): the scenario's
+files, its scripted model at each provider's wire, its ``command: mock`` MCP servers, a
+real deployment running its configuration unchanged, and the comparison with TARSy's
+golden files. The scenarios themselves are the ``test_tarsy_*.py`` modules beside this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.harness import Deployment, demo_provider, deployment, free_port
+
+COMPAT = Path(__file__).parents[1] / "compat"
+CONFIGS = COMPAT / "tarsy_configs"
+SCENARIOS = COMPAT / "scenarios"
+
+
+class Scenario:
+    """``scenarios/<name>/``: the model's script (llm_script.json), the tools' results
+    (mcp_tools.json) and TARSy's golden files; ``config`` is the TARSy configuration
+    directory it runs (tarsy_configs/<config>/, by default ``name``). A TARSy test file
+    with several tests on one configuration keeps one script per test (``script``)."""
+
+    def __init__(
+        self,
+        name: str,
+        tmp_path: Path,
+        *,
+        config: str | None = None,
+        script: str | Path = "llm_script.json",
+        tools: str | Path = "mcp_tools.json",
+    ) -> None:
+        self.name = name
+        self.dir = SCENARIOS / name
+        self.config = CONFIGS / (config or name)
+        self.script = self.dir / script
+        self.tools = self.dir / tools
+        self.tmp = tmp_path
+        self.record = tmp_path / "llm-calls.jsonl"
+
+    def golden(self, what: str) -> Any:
+        return json.loads((self.dir / f"{what}.golden").read_text().replace("{DURATION_MS}", "0"))
+
+    def llm_calls(self) -> list[dict[str, Any]]:
+        if not self.record.exists():
+            return []
+        return [json.loads(line) for line in self.record.read_text().splitlines()]
+
+
+def start_fake_llm(scenario: Scenario) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(SCENARIOS / "fake_llm.py"),
+            str(port),
+            str(scenario.script),
+            str(scenario.record),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "ready"
+    return process, port
+
+
+def _mock_command(scenario: Scenario) -> Path:
+    """``mock`` on PATH: TARSy's configurations start their MCP servers with it."""
+    bin_dir = scenario.tmp / "bin"
+    bin_dir.mkdir()
+    mock = bin_dir / "mock"
+    mock.write_text(
+        f"#!/bin/sh\nexec {sys.executable} {SCENARIOS / 'mock_mcp.py'} {scenario.tools}\n"
+    )
+    mock.chmod(0o755)
+    return bin_dir
+
+
+def wait(predicate, what: str, timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def scenario_env(scenario: Scenario, port: int) -> dict[str, str]:
+    """The deployment's environment: the scenario's configuration as it is, its models at
+    the fake's address, ``mock`` on PATH."""
+    return {
+        "TARSY_CONFIG": str(scenario.config),
+        "PATH": f"{_mock_command(scenario)}:{os.environ['PATH']}",
+        "TARSY_GOOGLE_BASE_URL": f"http://127.0.0.1:{port}",
+        "TARSY_OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
+        "GOOGLE_API_KEY": "e2e-not-a-key",
+        "OPENAI_API_KEY": "e2e-not-a-key",
+        "TARSY_LLM_FIRST_CHUNK_TIMEOUT": "30",
+    }
+
+
+TERMINAL = ("completed", "failed", "timed_out", "cancelled")
+
+
+@dataclass
+class Running:
+    """A scenario's deployment while it runs: TARSy's API as its tests call it."""
+
+    scenario: Scenario
+    tarsy: Deployment
+    token: str
+
+    def call(
+        self, method: str, path: str, body: Any = None, expect: tuple[int, ...] = (200, 202)
+    ) -> Any:
+        status, answer = self.tarsy.api(method, f"/api/v1{path}", self.token, body)
+        assert status in expect, (method, path, status, answer)
+        return answer
+
+    def get(self, path: str) -> Any:
+        return self.call("GET", path, expect=(200,))
+
+    def submit(self, alert_type: str, data: str, **fields: Any) -> str:
+        accepted = self.call(
+            "POST", "/alerts", {"alert_type": alert_type, "data": data, **fields}, expect=(202,)
+        )
+        return accepted["session_id"]
+
+    def status(self, session_id: str) -> str:
+        return self.get(f"/sessions/{session_id}/status")["status"]
+
+    def wait_status(self, session_id: str, *statuses: str, timeout: float = 180) -> str:
+        wanted = statuses or TERMINAL
+        return wait(
+            lambda: (s := self.status(session_id)) in wanted and s,
+            f"session {session_id} {'/'.join(wanted)}",
+            timeout=timeout,
+        )
+
+    def stage_status(self, session_id: str, stage_id: str) -> str:
+        stages = self.get(f"/sessions/{session_id}")["stages"]
+        return next(s["status"] for s in stages if s["id"] == stage_id)
+
+    def ask(self, session_id: str, question: str) -> dict[str, Any]:
+        """A chat question, answered (its stage ended) before this returns."""
+        chat = self.call(
+            "POST", f"/sessions/{session_id}/chat/messages", {"content": question}, expect=(202,)
+        )
+        wait(
+            lambda: self.stage_status(session_id, chat["stage_id"]) not in ("pending", "active"),
+            f"the answer to {question!r}",
+        )
+        return chat
+
+    def outputs(self, session_id: str) -> dict[str, Any]:
+        return {
+            "session": self.get(f"/sessions/{session_id}"),
+            "timeline": self.get(f"/sessions/{session_id}/timeline"),
+            "trace": self.get(f"/sessions/{session_id}/trace"),
+            "llm_calls": self.scenario.llm_calls(),
+            "scenario": self.scenario,
+            "log": self.tarsy.log_tail(200),
+        }
+
+
+@contextlib.contextmanager
+def scenario_deployment(
+    name: str,
+    tmp_path: Path,
+    extra_env: dict[str, str] | None = None,
+    **files: Any,
+) -> Iterator[Running]:
+    """TARSy's configuration running unchanged, with the scenario's scripted model and
+    tools (``files``: Scenario's config, script, tools)."""
+    scenario = Scenario(name, tmp_path, **files)
+    fake, port = start_fake_llm(scenario)
+    env = {**scenario_env(scenario, port), **(extra_env or {})}
+    try:
+        with deployment(tmp_path, provider=demo_provider(), extra_env=env) as tarsy:
+            # TARSy's tests submit as "api-client" (its author when no proxy names one).
+            token = tarsy.manage("create_api_token", "api-client").strip()
+            yield Running(scenario, tarsy, token)
+    finally:
+        fake.kill()
+        fake.wait()
+
+
+def dump(name: str, outputs: dict[str, Any]) -> None:
+    """TARSY_SCENARIO_DUMP=/tmp/x writes what a scenario saw to /tmp/x.<name>.json."""
+    if where := os.environ.get("TARSY_SCENARIO_DUMP"):
+        Path(f"{where}.{name}.json").write_text(
+            json.dumps({k: v for k, v in outputs.items() if k != "scenario"})
+        )
+
+
+def run_scenario(
+    name: str, tmp_path: Path, alert_type: str, data: str, questions: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """One of TARSy's scenarios: an alert, then the chat questions, as its test does."""
+    with scenario_deployment(name, tmp_path) as run:
+        session_id = run.submit(alert_type, data)
+        run.wait_status(session_id)
+        for question in questions:
+            run.ask(session_id, question)
+        outputs = run.outputs(session_id)
+    dump(name, outputs)
+    return outputs
+
+
+def agents_by_execution(session: dict[str, Any]) -> dict[str, str]:
+    names = {}
+    for stage in session["stages"]:
+        for execution in stage.get("executions", []):
+            names[execution["execution_id"]] = execution["agent_name"]
+            for child in execution.get("sub_agents", []):
+                names[child["execution_id"]] = child["agent_name"]
+    return names
+
+
+def differences(golden: Any, ours: Any, path: str = "") -> list[str]:
+    """Where ``ours`` differs from TARSy's golden value: its placeholders ({UUID},
+    {TIMESTAMP}, {EXEC_ID_3}…) stand for any value; keys TARSy does not send are ours."""
+    if isinstance(golden, str) and re.fullmatch(r"\{[A-Z_0-9]+\}", golden):
+        return [] if ours is not None else [f"{path}: missing"]
+    if isinstance(golden, dict):
+        if not isinstance(ours, dict):
+            return [f"{path}: {ours!r}"]
+        return [
+            d for key in golden for d in differences(golden[key], ours.get(key), f"{path}.{key}")
+        ]
+    if isinstance(golden, list):
+        if not isinstance(ours, list) or len(ours) != len(golden):
+            return [f"{path}: {len(ours or [])} items, TARSy {len(golden)}"]
+        if golden and isinstance(golden[0], dict) and "agent_name" in golden[0]:
+            # Parallel agents end in either order.
+            golden = sorted(golden, key=lambda e: e["agent_name"])
+            ours = sorted(ours, key=lambda e: e["agent_name"])
+        return [
+            d
+            for i, (g, o) in enumerate(zip(golden, ours, strict=False))
+            for d in differences(g, o, f"{path}[{i}]")
+        ]
+    return [] if golden == ours else [f"{path}: ours {ours!r}, TARSy {golden!r}"]
