@@ -47,11 +47,16 @@ def load_config(path: str | Path) -> TarsyConfig:
         if providers_path.exists():
             providers = load_providers(providers_path)
         source = str(path / TARSY_FILE)
-        path = path / TARSY_FILE
     else:
         source = path.name
-    raw = _read(path, f"set TARSY_CONFIG to a {TARSY_FILE} or a directory holding one")
-    return parse_config(raw, source, providers)
+    return parse_config(read_tarsy_file(path), source, providers)
+
+
+def read_tarsy_file(path: Path) -> object:
+    """The YAML document of a tarsy.yaml, or of the one in a TARSy config directory."""
+    if path.is_dir():
+        path = path / TARSY_FILE
+    return _read(path, f"set TARSY_CONFIG to a {TARSY_FILE} or a directory holding one")
 
 
 def _read(path: Path, hint: str) -> object:

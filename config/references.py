@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from config.fields import Loc, Problem
-from config.types import ITERATING_TYPES, SCORING, SYNTHESIS
+from config.types import ITERATING_TYPES, QUEUE_NOT_APPLIED, SCORING, SYNTHESIS
 
 if TYPE_CHECKING:
     from config.schema import AgentSchema, ChainSchema, SubAgentSchema, TarsyFile
@@ -149,6 +149,9 @@ def file_warnings(file: TarsyFile) -> list[Problem]:
             warnings.append((("agents", name, "skills"), UNBUILT.format(what="skills")))
     if file.system.holidays:
         warnings.append((("system", "holidays"), UNBUILT.format(what="the calendar context")))
+    for key, why in QUEUE_NOT_APPLIED.items():
+        if getattr(file.queue, key) is not None:
+            warnings.append((("queue", key), f"accepted, not applied: {why}"))
     return warnings
 
 

@@ -632,7 +632,7 @@ class SystemSchema(Schema):
 
 
 class QueueSchema(Schema):
-    """TARSy's ``queue:``; here the TARSY_* variables run the workers (QueueConfig)."""
+    """TARSy's ``queue:``: what it sets here is QueueConfig's to say."""
 
     target = QueueConfig
     worker_count: PositiveInt | None = None

@@ -334,9 +334,9 @@ class FileProvider:
 
 @dataclass(frozen=True)
 class QueueConfig:
-    """TARSy's ``queue:`` block, read and validated but not applied: the workers here
-    run on the TARSY_* environment variables (README, "Moving from TARSy"), which
-    ``/system/config`` shows under these names."""
+    """TARSy's ``queue:`` block. Its keys with a counterpart here (QUEUE_SETTINGS) set
+    those settings where the environment does not (config/queue.py); ``/system/config``
+    shows the settings that run, under these names."""
 
     worker_count: int | None = None
     max_concurrent_sessions: int | None = None
@@ -348,6 +348,30 @@ class QueueConfig:
     orphan_detection_interval: float | None = None
     orphan_threshold: float | None = None
     heartbeat_interval: float | None = None
+
+
+# TARSy's key → the setting that does its job here.
+QUEUE_SETTINGS = {
+    "max_concurrent_sessions": "TARSY_MAX_CONCURRENT_SESSIONS",
+    "session_timeout": "TARSY_SESSION_TIMEOUT",
+    "graceful_shutdown_timeout": "TARSY_SHUTDOWN_GRACE",
+    "poll_interval": "TARSY_QUEUE_POLL",
+    "orphan_detection_interval": "TARSY_RECOVERY_INTERVAL",
+    "orphan_threshold": "TARSY_ORPHAN_THRESHOLD",
+    "heartbeat_interval": "TARSY_HEARTBEAT_INTERVAL",
+}
+
+# TARSy's keys that size or pace what works differently here.
+QUEUE_NOT_APPLIED = {
+    "worker_count": (
+        "a worker here is a process running many sessions at once; size it with "
+        "TARSY_WORKERS and TARSY_WORKER_SESSIONS"
+    ),
+    "poll_interval_jitter": "the queue here is polled by django-q2 with no jitter",
+    "scoring_shutdown_timeout": (
+        "scorings stop with the rest of a worker's work (TARSY_SHUTDOWN_GRACE)"
+    ),
+}
 
 
 @dataclass(frozen=True)

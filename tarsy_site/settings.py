@@ -8,6 +8,7 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from config.queue import queue_settings
 from tarsy_site.env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -178,10 +179,20 @@ CHANNEL_LAYERS = {
     }
 }
 
+TARSY_CONFIG = env_str("TARSY_CONFIG", str(BASE_DIR / "config" / "tarsy.yaml"))
+# A TARSy configuration's ``queue:`` values (config/queue.py) stand in for the TARSY_*
+# variables below that are not set.
+_QUEUE = queue_settings(TARSY_CONFIG)
+
+
+def _queued(name: str, default: float, minimum: float) -> float:
+    return env_float(name, max(minimum, _QUEUE.get(name, default)), minimum=minimum)
+
+
 # The session timeout is enforced inside the task; django-q2's own timeout and retry
 # sit above it so that django-q2 never kills or re-delivers a healthy run (a system
 # check in sessions/checks.py holds this).
-TARSY_SESSION_TIMEOUT = env_float("TARSY_SESSION_TIMEOUT", 40 * 60, minimum=1)
+TARSY_SESSION_TIMEOUT = _queued("TARSY_SESSION_TIMEOUT", 40 * 60, minimum=1)
 Q_CLUSTER: dict[str, Any] = {
     "name": "tarsy",
     "orm": "default",
@@ -194,13 +205,12 @@ Q_CLUSTER: dict[str, Any] = {
     # cluster does not hoard tasks another one could run now.
     "queue_limit": 1,
     "catch_up": False,
-    "poll": env_float("TARSY_QUEUE_POLL", 0.1, minimum=0.01),
+    "poll": _queued("TARSY_QUEUE_POLL", 0.1, minimum=0.01),
     "save_limit": 1000,
     "ack_failures": True,
     "label": "Task queue",
 }
 
-TARSY_CONFIG = env_str("TARSY_CONFIG", str(BASE_DIR / "config" / "tarsy.yaml"))
 TARSY_MAX_ALERT_BYTES = 1024 * 1024
 # Each daphne's relay reads the event log when woken (sessions/wakeup.py), and this often
 # in case a wake-up was lost.
@@ -214,12 +224,14 @@ TARSY_LLM_FIRST_CHUNK_TIMEOUT = env_float("TARSY_LLM_FIRST_CHUNK_TIMEOUT", 120, 
 TARSY_LLM_STALL_TIMEOUT = env_float("TARSY_LLM_STALL_TIMEOUT", 60, minimum=0.1)
 TARSY_LLM_CALL_TIMEOUT = env_float("TARSY_LLM_CALL_TIMEOUT", 300, minimum=0.1)
 # Workers and leases (sessions/services.py, worker/supervision.py).
-TARSY_HEARTBEAT_INTERVAL = env_float("TARSY_HEARTBEAT_INTERVAL", 10, minimum=0.1)
-TARSY_ORPHAN_THRESHOLD = env_float("TARSY_ORPHAN_THRESHOLD", 60, minimum=1)
+TARSY_HEARTBEAT_INTERVAL = _queued("TARSY_HEARTBEAT_INTERVAL", 10, minimum=0.1)
+TARSY_ORPHAN_THRESHOLD = _queued("TARSY_ORPHAN_THRESHOLD", 60, minimum=1)
 TARSY_LEASE_CHECK_INTERVAL = env_float("TARSY_LEASE_CHECK_INTERVAL", 0.5, minimum=0.05)
-TARSY_RECOVERY_INTERVAL = env_float("TARSY_RECOVERY_INTERVAL", 10, minimum=0.1)
+TARSY_RECOVERY_INTERVAL = _queued("TARSY_RECOVERY_INTERVAL", 10, minimum=0.1)
 TARSY_PENDING_RECOVERY_AFTER = env_float("TARSY_PENDING_RECOVERY_AFTER", 60, minimum=1)
-TARSY_MAX_CONCURRENT_SESSIONS = env_int("TARSY_MAX_CONCURRENT_SESSIONS", 20, minimum=0)
+TARSY_MAX_CONCURRENT_SESSIONS = env_int(
+    "TARSY_MAX_CONCURRENT_SESSIONS", int(_QUEUE.get("TARSY_MAX_CONCURRENT_SESSIONS", 20)), minimum=0
+)
 # Each worker process runs many pieces of work at once on one event loop (worker/engine.py):
 # an investigation is nearly all waiting. Chat answers and scorings have room of their own,
 # so a worker full of investigations still answers questions. The default workers (2) have
@@ -231,7 +243,7 @@ TARSY_WORKER_FOLLOWUPS = env_int("TARSY_WORKER_FOLLOWUPS", 8, minimum=1)
 # it runs this long to finish; then it ends what still runs (failed, or queued again with
 # TARSY_SHUTDOWN_REQUEUE) and exits. The default leaves room inside Kubernetes' default
 # 30 s terminationGracePeriodSeconds (worker/supervision.py).
-TARSY_SHUTDOWN_GRACE = env_float("TARSY_SHUTDOWN_GRACE", 20, minimum=0)
+TARSY_SHUTDOWN_GRACE = _queued("TARSY_SHUTDOWN_GRACE", 20, minimum=0)
 TARSY_SHUTDOWN_REQUEUE = env_bool("TARSY_SHUTDOWN_REQUEUE", default=False)
 # MCP servers shared by all sessions of a worker (agents/tools/mcp_hub.py); false: one set of
 # server processes per agent execution, as before.

@@ -252,6 +252,7 @@ REAL_PROCESS = (
     "compat/test_rest_compat.py::test_summary_and_status",
     "compat/test_rest_compat.py::test_the_detail_has_stages_and_executions",
     "compat/test_tarsy_configs.py::test_manage_py_check_passes_a_tarsy_directory_and_names_a_misspelled_key",
+    "compat/test_tarsy_configs.py::test_the_environment_wins_over_the_queue_block",
     "compat/test_rest_compat.py::test_the_list_has_tarsys_envelope_and_items",
     "compat/test_rest_compat.py::test_the_timeline_is_a_bare_array_with_empty_keys_omitted",
     "compat/test_rest_compat.py::test_the_trace_lists_every_call_by_stage_and_agent",

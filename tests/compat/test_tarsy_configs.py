@@ -20,6 +20,7 @@ from agents.checks import configuration_messages
 from agents.resolver import exec_summary_settings, pick_provider, stage_settings
 from config.loader import ConfigError, load_config
 from config.providers import provider_rows
+from config.queue import queue_settings
 
 CONFIGS = Path(__file__).parent / "tarsy_configs"
 ROOT = Path(__file__).parents[2]
@@ -165,6 +166,72 @@ def test_manage_py_check_passes_a_tarsy_directory_and_names_a_misspelled_key(tmp
         result.stderr
     )
     assert "Traceback" not in result.stderr
+
+
+# --- queue: ---------------------------------------------------------------------------
+
+
+def test_the_queue_block_sets_the_settings_it_stands_for():
+    assert queue_settings(CONFIGS / "deploy-example") == {
+        "TARSY_MAX_CONCURRENT_SESSIONS": 5,
+        "TARSY_QUEUE_POLL": 1.0,
+        "TARSY_SESSION_TIMEOUT": 2400.0,
+        "TARSY_SHUTDOWN_GRACE": 2400.0,
+        "TARSY_RECOVERY_INTERVAL": 300.0,
+        "TARSY_ORPHAN_THRESHOLD": 300.0,
+    }
+    assert queue_settings(CONFIGS / "pipeline") == {}
+
+
+def test_a_queue_block_that_cannot_be_read_leaves_the_defaults(tmp_path):
+    """Start-up goes on; the check names the mistake (tarsy.E010)."""
+    (tmp_path / "tarsy.yaml").write_text("queue:\n  session_timeout: soon\n")
+    assert queue_settings(tmp_path) == {}
+    (tmp_path / "tarsy.yaml").write_text("queue: [\n")
+    assert queue_settings(tmp_path) == {}
+    assert queue_settings(tmp_path / "missing") == {}
+
+
+def test_queue_keys_with_no_counterpart_are_named_by_the_check(monkeypatch):
+    for key, value in EXAMPLE_ENV.items():
+        monkeypatch.setenv(key, value)
+    warnings = load_config(CONFIGS / "deploy-example").warnings
+    for key in ("worker_count", "poll_interval_jitter"):
+        assert any(f"queue.{key}: accepted, not applied" in w for w in warnings), key
+
+
+def test_the_environment_wins_over_the_queue_block(tmp_path):
+    QUEUED = ("TARSY_SESSION_TIMEOUT", "TARSY_MAX_CONCURRENT_SESSIONS")
+
+    def settings_with(**env: str) -> list[str]:
+        code = (
+            "from django.conf import settings as s; "
+            "print(s.TARSY_SESSION_TIMEOUT, s.TARSY_MAX_CONCURRENT_SESSIONS, s.Q_CLUSTER['timeout'])"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env={
+                **{k: v for k, v in os.environ.items() if k not in QUEUED},
+                "DJANGO_SETTINGS_MODULE": "tarsy_site.settings",
+                "TARSY_DATA_DIR": str(tmp_path),
+                "TARSY_CONFIG": str(CONFIGS / "deploy-example"),
+                **env,
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split()
+
+    # The file's 40m and 5; django-q2's own timeout stays above the session's.
+    assert settings_with() == ["2400.0", "5", "2520"]
+    assert settings_with(TARSY_SESSION_TIMEOUT="60", TARSY_MAX_CONCURRENT_SESSIONS="7") == [
+        "60.0",
+        "7",
+        "180",
+    ]
 
 
 # --- the read routes TARSy's clients call about the configuration -----------------------
