@@ -42,6 +42,14 @@ GITHUB_PATH = re.compile(r"^/([^/]+)/([^/]+)/(blob|tree)/([^/]+)(?:/(.*))?$")
 # server, so the real URLs, allowlist and token rules are the ones exercised.
 transport: httpx.BaseTransport | None = None
 
+# Where GitHub's API and raw content are reached instead of their hosts (an egress
+# gateway, a test's fake): the allowlist and the token rules still judge the GitHub URL,
+# and the token goes to this base URL in its place.
+GITHUB_BASE_URL_VARIABLES = {
+    "api.github.com": "TARSY_GITHUB_API_URL",
+    "raw.githubusercontent.com": "TARSY_GITHUB_RAW_URL",
+}
+
 
 class RunbookError(Exception):
     """Why a runbook URL was refused or could not be fetched."""
@@ -126,7 +134,7 @@ def _download(url: str, config: TarsyConfig) -> str:
     try:
         with (
             _client() as client,
-            client.stream("GET", url, headers=_auth(url, config)) as response,
+            client.stream("GET", _reached(url), headers=_auth(url, config)) as response,
         ):
             if response.status_code != httpx.codes.OK:
                 raise RunbookError(f"{_host(url)} answered HTTP {response.status_code} for {url}")
@@ -158,7 +166,7 @@ def _list_folder(repo_url: str, config: TarsyConfig, depth: int = 0) -> list[str
     try:
         with _client() as client:
             response = client.get(
-                api,
+                _reached(api),
                 params={"ref": ref},
                 headers={"Accept": "application/vnd.github+json", **_auth(api, config)},
             )
@@ -197,6 +205,17 @@ def _auth(url: str, config: TarsyConfig) -> dict[str, str]:
 
 def _host(url: str) -> str:
     return (urlsplit(url).hostname or "").lower()
+
+
+def _reached(url: str) -> str:
+    """The URL requested for ``url``: on GITHUB_BASE_URL_VARIABLES' base URL when its
+    variable is set, else ``url`` itself."""
+    variable = GITHUB_BASE_URL_VARIABLES.get(_host(url))
+    base = os.environ.get(variable, "").strip().rstrip("/") if variable else ""
+    if not base:
+        return url
+    parts = urlsplit(url)
+    return base + parts.path + (f"?{parts.query}" if parts.query else "")
 
 
 class _TTLCache:

@@ -309,3 +309,33 @@ def test_the_listing_is_empty_without_a_repository(client, api_token, github, co
     response = client.get("/api/v1/runbooks", HTTP_AUTHORIZATION=f"Bearer {api_token}")
     assert response.json() == []
     assert not github.requests
+
+
+def test_github_base_urls_send_fetches_and_listings_elsewhere_with_the_token(
+    github, configure, monkeypatch
+):
+    """TARSY_GITHUB_RAW_URL / TARSY_GITHUB_API_URL (an egress gateway): GitHub's URLs are
+    judged as GitHub's (allowlist, token) and requested at the base URL instead."""
+    configure(system={"github": {"token_env": "TEST_GITHUB_TOKEN"}, "runbooks": {"repo_url": REPO}})
+    monkeypatch.setenv("TEST_GITHUB_TOKEN", GITHUB_TOKEN)
+    monkeypatch.setattr(runbooks, "transport", None)  # no routing: the variables do it
+    gateway = f"http://127.0.0.1:{github.port}/gateway/"
+    monkeypatch.setenv("TARSY_GITHUB_RAW_URL", gateway + "raw")
+    monkeypatch.setenv("TARSY_GITHUB_API_URL", gateway + "api")
+    github.files[f"gateway/raw/{RAW_PATH}"] = RUNBOOK
+    github.files["gateway/api/repos/acme/runbooks/contents/k8s"] = json.dumps(
+        [folder_item("k8s/crashloop.md")]
+    )
+    from config.loader import get_config
+
+    assert runbooks.fetch(BLOB_URL, get_config()) == RUNBOOK
+    assert runbooks.list_runbooks(get_config()) == [BLOB_URL]
+    raw, api = github.requests
+    assert (raw.host, raw.path) == ("127.0.0.1", f"/gateway/raw/{RAW_PATH}")
+    assert (api.path, api.query) == (
+        "/gateway/api/repos/acme/runbooks/contents/k8s",
+        {"ref": ["main"]},
+    )
+    assert [r.headers["authorization"] for r in (raw, api)] == [f"Bearer {GITHUB_TOKEN}"] * 2
+    # Another allowed host is not GitHub's: neither redirected nor given the token.
+    assert runbooks._reached("https://docs.example.org/a.md") == "https://docs.example.org/a.md"
