@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from agents.runs import Outcome, RunControl
 from config.types import AgentConfig, OrchestratorConfig
 from llm.types import ConversationMessage, ToolDefinition
 from sessions.models import ExecutionStatus
+
+logger = logging.getLogger(__name__)
 
 SERVER = "orchestrator"
 DISPATCH, LIST, CANCEL = (
@@ -70,7 +73,8 @@ class SubAgentRunner:
         self._start = start
         self._clock = clock
         self._children: dict[int, _Child] = {}
-        self._results: asyncio.Queue[Outcome] = asyncio.Queue()
+        # What the dispatching agent is told as each sub-agent ends.
+        self._results: asyncio.Queue[ConversationMessage] = asyncio.Queue()
         self._first_dispatch: float | None = None
 
     # --- the tools --------------------------------------------------------------------------
@@ -163,16 +167,29 @@ class SubAgentRunner:
         return ToolResult(json.dumps({"execution_id": execution_id, "status": "accepted"}))
 
     def _finished(self, execution_id: int, task: asyncio.Future[Outcome]) -> None:
+        """Every sub-agent's end is told, however it came: a dispatching agent waiting
+        for its last sub-agent would otherwise wait until the session times out."""
         child = self._children[execution_id]
-        if task.cancelled():
-            child.status = "cancelled"
-            return
-        if task.exception() is not None:
-            child.status = "failed"
-            return
-        outcome = task.result()
-        child.status = outcome.result.status
-        self._results.put_nowait(outcome)
+        if task.cancelled() or task.exception() is not None:
+            child.status = "cancelled" if task.cancelled() else "failed"
+            if not task.cancelled():
+                logger.error(
+                    "sub-agent %s (execution %s) failed outside its work",
+                    child.name,
+                    execution_id,
+                    exc_info=task.exception(),
+                )
+            message = sub_agent_result(
+                name=child.name,
+                execution_id=execution_id,
+                status=child.status,
+                text="(it ended without a result)",
+            )
+        else:
+            outcome = task.result()
+            child.status = outcome.result.status
+            message = self._message(outcome)
+        self._results.put_nowait(message)
 
     def _list(self) -> ToolResult:
         return ToolResult(
@@ -211,7 +228,7 @@ class SubAgentRunner:
     def drain(self) -> list[ConversationMessage]:
         messages = []
         while not self._results.empty():
-            messages.append(self._message(self._results.get_nowait()))
+            messages.append(self._results.get_nowait())
         return messages
 
     async def wait(self) -> list[ConversationMessage]:
@@ -223,7 +240,7 @@ class SubAgentRunner:
         except TimeoutError:
             await self.cancel_all("the time budget for sub-agents was used up")
             return self.drain()
-        return [self._message(first), *self.drain()]
+        return [first, *self.drain()]
 
     async def cancel_all(self, reason: str) -> None:
         running = [child for child in self._children.values() if not child.task.done()]

@@ -22,7 +22,12 @@ CATALOG = [
 ]
 
 
-def runner(guardrails: OrchestratorConfig, durations: dict[str, float]) -> SubAgentRunner:
+def runner(
+    guardrails: OrchestratorConfig,
+    durations: dict[str, float],
+    broken: frozenset[str] = frozenset(),
+) -> SubAgentRunner:
+    """``broken``: sub-agents whose run fails itself (a bug, a lost database), not their work."""
     control = RunControl()
     ids = iter(range(100, 200))
 
@@ -34,6 +39,9 @@ def runner(guardrails: OrchestratorConfig, durations: dict[str, float]) -> SubAg
             return AgentResult(ExecutionStatus.COMPLETED, final_analysis=f"{name} did: {task}")
 
         async def run() -> Outcome:  # what runs.run_agent does around an agent
+            if name in broken:
+                await asyncio.sleep(durations[name])
+                raise RuntimeError("the run itself failed")
             job = asyncio.create_task(work())
             control.track(execution.id, job)
             try:
@@ -65,6 +73,17 @@ async def test_results_are_pushed_as_they_finish():
     ]
     second = await subs.wait()
     assert "LogAgent did: read the logs" in second[0].content
+    assert subs.running == 0
+
+
+async def test_a_sub_agent_whose_run_fails_is_still_told_so_the_wait_ends():
+    subs = runner(OrchestratorConfig(), {"LogAgent": 0.01}, broken=frozenset({"LogAgent"}))
+    log = await dispatch(subs, "LogAgent")
+    async with asyncio.timeout(5):
+        told = await subs.wait()
+    assert [m.content.splitlines()[0] for m in told] == [
+        f"[Sub-agent failed] LogAgent (execution {log['execution_id']}):"
+    ]
     assert subs.running == 0
 
 
