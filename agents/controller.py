@@ -149,14 +149,28 @@ class _ModelCalls:
             item_metadata=item_metadata,
         )
         turn = await call()
-        while turn.error is not None and run.fallbacks:
-            await self._fall_back(run, turn.error)
+        while turn.error is not None and await self._fall_back(run, turn.error):
             turn = await call()
         return turn
 
     @staticmethod
-    async def _fall_back(run: AgentRun, error: ErrorInfo) -> None:
-        failed, run.choice = run.choice, run.fallbacks.pop(0)
+    async def _fall_back(run: AgentRun, error: ErrorInfo) -> bool:
+        """Continue on the next fallback; False when none is left. As TARSy's tryFallback:
+        one named like the provider that failed would fail the same way, and an agent whose
+        own definition turns on Gemini native tools only continues on google-native."""
+        failed = run.choice
+        skipped_incompatible: list[str] = []
+        while True:
+            if not run.fallbacks:
+                return False
+            candidate = run.fallbacks.pop(0)
+            if candidate.config.name == failed.config.name:
+                continue
+            if run.settings.requires_native_tools and candidate.backend != "google-native":
+                skipped_incompatible.append(candidate.config.name)
+                continue
+            break
+        run.choice = candidate
         await run.recorder.add_item(
             TimelineEventType.PROVIDER_FALLBACK,
             # Masked as in _describe: the provider's message may quote what it was sent.
@@ -169,10 +183,14 @@ class _ModelCalls:
                 "from_backend": failed.backend,
                 "to_provider": run.choice.config.name,
                 "to_backend": run.choice.backend,
+                "from_model": failed.config.model,
+                "to_model": run.choice.config.model,
                 "error_code": error.code,
+                **({"skipped_incompatible": skipped_incompatible} if skipped_incompatible else {}),
             },
         )
         await run.recorder.switch_provider(run.choice.config, run.choice.backend)
+        return True
 
     async def _call_llm(
         self,

@@ -95,6 +95,12 @@ class AgentSettings:
     def iterating(self) -> bool:
         return self.type in ITERATING_TYPES
 
+    @property
+    def requires_native_tools(self) -> bool:
+        """TARSy's RequiresNativeTools: the agent's own definition turns on a Gemini
+        native tool, so a fallback must be google-native too."""
+        return bool(self.native_tools) or any((self.agent_native_tools or {}).values())
+
 
 @dataclass(frozen=True)
 class ResolvedAgent:

@@ -86,19 +86,25 @@ _TAGS_LINE = re.compile(
     r"^[\s*_#>`-]*(?:failure[ _])?tags[\s*_`]*[:=](?P<value>.*)$", re.IGNORECASE
 )
 _SCORE_VALUE = re.compile(r"^[\s*_`]*(?P<number>\d+)\s*(?:/\s*100)?[\s*_`.]*$")
+_BARE_SCORE = re.compile(r"^\s*\d+\s*$")
 
 
 def parse_score(text: str) -> ScoreAnswer:
-    """The score (the last ``SCORE:`` line), the failure tags (the ``TAGS:`` line, or the
+    """The score (the last ``SCORE:`` line, else a last line that is only a number, as
+    TARSy's judge ends), the failure tags (the ``TAGS:`` line, or the
     vocabulary's terms found in the text when there is none) and the analysis (the rest).
     Raises ``MalformedScore`` when there is no whole number from 0 to 100."""
     lines = text.strip().splitlines()
     score_at = next((i for i in range(len(lines) - 1, -1, -1) if _SCORE_LINE.match(lines[i])), None)
-    if score_at is None:
+    if score_at is None and lines and _BARE_SCORE.match(lines[-1]):
+        # TARSy's ending: the score alone on the very last line.
+        score_at, value = len(lines) - 1, lines[-1].strip()
+    elif score_at is None:
         raise MalformedScore("it has no 'SCORE: <0-100>' line")
-    score_line = _SCORE_LINE.match(lines[score_at])
-    assert score_line is not None  # found above
-    value = score_line["value"].strip()
+    else:
+        score_line = _SCORE_LINE.match(lines[score_at])
+        assert score_line is not None  # found above
+        value = score_line["value"].strip()
     number = _SCORE_VALUE.match(value)
     if number is None or int(number["number"]) > 100:
         raise MalformedScore(

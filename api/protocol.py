@@ -19,6 +19,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from config.schema import ORCHESTRATOR_SERVER
 from sessions.models import (
     AgentExecution,
     AlertSession,
@@ -214,13 +215,16 @@ def timeline_metadata(event_type: str, metadata: dict[str, Any]) -> dict[str, An
             data["tool_name"] = name.removeprefix(f"{server}.")
         if "arguments" in data and not isinstance(data["arguments"], str):
             data["arguments"] = json.dumps(data["arguments"], separators=(",", ":"))
-        data.setdefault("tool_type", "mcp")
+        # TARSy's tool_type: "orchestrator" for the sub-agent tools (dispatch_agent…).
+        data.setdefault("tool_type", "orchestrator" if server == ORCHESTRATOR_SERVER else "mcp")
     elif event_type == TimelineEventType.PROVIDER_FALLBACK:
         renames = {
             "from_provider": "original_provider",
             "from_backend": "original_backend",
             "to_provider": "fallback_provider",
             "to_backend": "fallback_backend",
+            "from_model": "original_model",
+            "to_model": "fallback_model",
         }
         data = {renames.get(key, key): value for key, value in data.items()}
     return data
@@ -335,6 +339,8 @@ def progress_payloads(event: dict[str, Any]) -> list[dict[str, Any]]:
     kind, p = event["type"], event["payload"]
     session_id = str(event["session_id"])
     base = {"session_id": session_id, "timestamp": rfc3339(p.get("timestamp") or timezone.now())}
+    if kind == SessionEventType.STAGE_STATUS and p.get("stage_type") == StageType.SCORING:
+        return []  # a scoring follows the ended session: TARSy reports no progress for it
     if kind == SessionEventType.STAGE_STATUS and p.get("status") in (
         ExecutionStatus.PENDING,
         ExecutionStatus.ACTIVE,
@@ -362,6 +368,8 @@ def progress_payloads(event: dict[str, Any]) -> list[dict[str, Any]]:
         stage_type = (
             Stage.objects.filter(id=p["stage_id"]).values_list("stage_type", flat=True).first()
         )
+        if stage_type == StageType.SCORING:
+            return []
         agent = p.get("agent_name") or "agent"
         return [
             {

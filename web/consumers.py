@@ -40,6 +40,7 @@ from sessions.models import (
     ExecutionStatus,
     SessionEventType,
     Stage,
+    StageType,
     TimelineEventStatus,
 )
 from web import fragments as live
@@ -248,8 +249,8 @@ class SessionConsumer(_LiveConsumer):
             return live.slack_fragment(session)
         if kind == SessionEventType.STAGE_STATUS:
             stage = Stage.objects.select_related("session").filter(id=payload["stage_id"]).first()
-            if stage is None:
-                return ""
+            if stage is None or stage.stage_type == StageType.SCORING:
+                return ""  # a scoring shows in the Scoring section, not the timeline
             created = payload["status"] == ExecutionStatus.ACTIVE
             html = live.stage_fragment(stage, created=created)
             if created:  # "stage 2 of 3" in the header moves on
@@ -261,7 +262,7 @@ class SessionConsumer(_LiveConsumer):
                 .filter(id=payload["execution_id"])
                 .first()
             )
-            if execution is None:
+            if execution is None or execution.stage.stage_type == StageType.SCORING:
                 return ""
             created = payload["status"] == ExecutionStatus.ACTIVE and not payload.get(
                 "cancel_requested"

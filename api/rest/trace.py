@@ -104,6 +104,35 @@ def session_trace_view(request: HttpRequest, session_id: UUID) -> JsonResponse:
     )
 
 
+def _conversation_entry(message: dict[str, Any]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"role": message.get("role"), "content": message.get("content", "")}
+    if message.get("tool_calls"):
+        entry["tool_calls"] = [
+            {
+                "id": tool_call.get("id", ""),
+                "name": tool_call.get("name", ""),
+                "arguments": json.dumps(tool_call.get("arguments", {}), separators=(",", ":")),
+            }
+            for tool_call in message["tool_calls"]
+        ]
+    for key in ("tool_call_id", "tool_name"):
+        if message.get(key):
+            entry[key] = message[key]
+    return entry
+
+
+def _iteration(call: LLMInteraction) -> int:
+    """TARSy's ``iteration``: the call's place among its agent's model calls (1, 2…);
+    0 for a tool result's summary, which is not one of the agent's iterations."""
+    if call.interaction_type == "summarization":
+        return 0
+    return (
+        LLMInteraction.objects.filter(execution_id=call.execution_id, id__lte=call.id)
+        .exclude(interaction_type="summarization")
+        .count()
+    )
+
+
 @router.get(
     "/sessions/{uuid:session_id}/trace/llm/{int:interaction_id}",
     response={200: dict[str, Any], **ERRORS},
@@ -112,26 +141,16 @@ def llm_interaction_view(
     request: HttpRequest, session_id: UUID, interaction_id: int
 ) -> JsonResponse:
     """One model call whole: the conversation it was sent (tool-call arguments as JSON
-    text, as TARSy sends them) and what it answered."""
+    text, as TARSy sends them) closed by what it answered, as TARSy's is."""
     call = LLMInteraction.objects.filter(id=interaction_id, session_id=session_id).first()
     if call is None:
         raise ApiRejected("interaction not found", 404)
-    conversation = []
-    for message in request_messages(call):
-        entry: dict[str, Any] = {"role": message.get("role"), "content": message.get("content", "")}
-        if message.get("tool_calls"):
-            entry["tool_calls"] = [
-                {
-                    "id": tool_call.get("id", ""),
-                    "name": tool_call.get("name", ""),
-                    "arguments": json.dumps(tool_call.get("arguments", {}), separators=(",", ":")),
-                }
-                for tool_call in message["tool_calls"]
-            ]
-        for key in ("tool_call_id", "tool_name"):
-            if message.get(key):
-                entry[key] = message[key]
-        conversation.append(entry)
+    messages = request_messages(call)
+    conversation = [_conversation_entry(message) for message in messages]
+    if call.response_text or call.tool_calls:
+        # The answer closes the conversation, as TARSy shows it.
+        answer = {"role": "assistant", "content": call.response_text, "tool_calls": call.tool_calls}
+        conversation.append(_conversation_entry(answer))
     return respond(
         {
             **llm_item(call),
@@ -141,8 +160,16 @@ def llm_interaction_view(
                 "backend": call.backend,
                 "model": call.model_name,
                 "tools": call.tools,
+                # TARSy's keys: which of the agent's calls this was, and its size.
+                "iteration": _iteration(call),
+                "messages_count": len(messages),
             },
-            "llm_response": {"text": call.response_text, "tool_calls": call.tool_calls},
+            "llm_response": {
+                "text": call.response_text,
+                "tool_calls": call.tool_calls,
+                "text_length": len(call.response_text.encode()),  # TARSy counts bytes
+                "tool_calls_count": len(call.tool_calls or []),
+            },
             "conversation": conversation,
         }
     )

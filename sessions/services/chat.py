@@ -42,10 +42,10 @@ from sessions.models import (
 from sessions.services.events import event_publish
 from sessions.services.leases import ChatLease, hold
 from sessions.services.records import (
-    _publish_stage_status,
     execution_close,
     next_sequence_number,
     next_stage_index,
+    publish_stage_status,
     search_text_update,
     stage_close,
     timeline_payload,
@@ -137,7 +137,7 @@ def _store_question(session: AlertSession, content: str, author: str) -> ChatMes
     message = ChatMessage.objects.create(
         chat=chat, session=session, content=content, author=author, stage=stage, heartbeat_at=now
     )
-    _publish_stage_status(stage)
+    publish_stage_status(stage)
     _stage_item(
         stage,
         TimelineEventType.USER_QUESTION,

@@ -63,7 +63,7 @@ def stage_start(
             status=ExecutionStatus.ACTIVE,
             started_at=timezone.now(),
         )
-        _publish_stage_status(stage)
+        publish_stage_status(stage)
     return stage
 
 
@@ -82,10 +82,10 @@ def stage_close(stage: Stage, status: ExecutionStatus, error_message: str) -> No
     stage.error_message = mask_text(error_message)  # it may quote its agents' servers
     stage.completed_at = timezone.now()
     stage.save(update_fields=["status", "error_message", "completed_at"])
-    _publish_stage_status(stage)
+    publish_stage_status(stage)
 
 
-def _publish_stage_status(stage: Stage) -> None:
+def publish_stage_status(stage: Stage) -> None:
     event_publish(
         session_id=stage.session_id,
         type=SessionEventType.STAGE_STATUS,

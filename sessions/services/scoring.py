@@ -51,6 +51,8 @@ from sessions.services.records import (
     close_open_items,
     execution_close,
     next_stage_index,
+    publish_execution_status,
+    publish_stage_status,
     stage_close,
 )
 
@@ -120,6 +122,10 @@ def score_request(*, session_id: Any, triggered_by: str) -> SessionScore:
     return score
 
 
+# TARSy's name for the stage a scoring runs in (its scoring_executor.go).
+SCORING_STAGE_NAME = "Reflection"
+
+
 # --- the worker's lease --------------------------------------------------------------------
 
 
@@ -151,7 +157,7 @@ def score_stage_start(
         now = timezone.now()
         stage = Stage.objects.create(
             session_id=lease.session_id,
-            name="Scoring",
+            name=SCORING_STAGE_NAME,
             index=index,
             stage_type=StageType.SCORING,
             status=ExecutionStatus.ACTIVE,
@@ -168,6 +174,9 @@ def score_stage_start(
             model_name=model_name,
             started_at=now,
         )
+        # Started, as every stage says (TARSy's stage.status "started" for its Reflection).
+        publish_stage_status(stage)
+        publish_execution_status(execution)
         SessionScore.objects.filter(id=lease.score_id).update(stage=stage)
         _publish(SessionScore.objects.get(id=lease.score_id))
     return execution

@@ -195,6 +195,10 @@ def test_a_failing_provider_hands_over_to_the_fallback(
     fallback = TimelineEvent.objects.get(session=session, event_type="provider_fallback")
     assert "'scripted-test' (scripted, script) failed: bad key [auth_error]" in fallback.content
     assert "Continuing on 'backup' (scripted, backup-model)" in fallback.content
+    assert (fallback.metadata["from_model"], fallback.metadata["to_model"]) == (
+        "script",
+        "backup-model",
+    )
     execution = session.executions.get(stage__stage_type="investigation")
     assert (execution.llm_provider, execution.model_name) == ("backup", "backup-model")
     assert (execution.original_llm_provider, execution.original_model_name) == (
@@ -203,6 +207,35 @@ def test_a_failing_provider_hands_over_to_the_fallback(
     )
     providers = list(investigation_calls(session).values_list("provider", "error_code"))
     assert providers == [("scripted-test", "auth_error"), ("backup", "")]
+
+
+def test_an_agent_needing_native_tools_skips_a_fallback_that_is_not_google_native(
+    scripted_provider, write_script, tarsy_config
+):
+    """TARSy's RequiresNativeTools: the scripted backup cannot run Gemini's native tools."""
+    from llm.models import LLMProvider
+
+    scripted_provider([{"error": {"code": "auth_error", "message": "bad key"}}])
+    LLMProvider.objects.create(
+        name="backup",
+        type="scripted",
+        model="backup-model",
+        options={"script": write_script([{"text": "Backup found the cause."}])},
+    )
+
+    def change(config):
+        config["defaults"].update(fallback_providers=["backup"])
+        config["agents"]["KubernetesAgent"]["native_tools"] = {"google_search": True}
+
+    tarsy_config(change)
+    session = submit()
+    assert run_session(str(session.id)) == "failed"
+    assert not TimelineEvent.objects.filter(
+        session=session, event_type="provider_fallback"
+    ).exists()
+    assert list(investigation_calls(session).values_list("provider", flat=True)) == [
+        "scripted-test"
+    ]
 
 
 def test_without_a_fallback_the_error_ends_the_agent(scripted_provider, tarsy_config):

@@ -59,6 +59,16 @@ def test_an_answer_without_a_whole_score_from_0_to_100_is_malformed(text, proble
         parse_score(text)
 
 
+def test_tarsys_ending_a_number_alone_on_the_last_line_is_the_score():
+    answer = parse_score("## Overall\nSound, but incomplete_evidence.\n\n75")
+    assert (answer.score, answer.tags) == (75, ["incomplete_evidence"])
+    assert answer.analysis == "## Overall\nSound, but incomplete_evidence."
+    with pytest.raises(MalformedScore, match="'101'"):
+        parse_score("Good.\n101")
+    with pytest.raises(MalformedScore, match="no 'SCORE"):
+        parse_score("75\nGood.")  # a number not on the last line is not a score
+
+
 def test_the_last_score_line_counts():
     # An analysis may quote a score ("a SCORE: 90 would be too generous").
     answer = parse_score("SCORE: 90 would be generous.\nSCORE: 40")

@@ -535,9 +535,22 @@ def test_the_trace_lists_every_call_by_stage_and_agent(tarsy, ran):
     assert detail["id"] == llm["id"]
     roles = [message["role"] for message in detail["conversation"]]
     assert roles[:2] == ["system", "user"]
+    # TARSy's counters: the agent's first call, its messages, the answer's size.
+    assert detail["llm_request"]["iteration"] == 1
+    answer = detail["llm_response"]
+    assert answer["text_length"] == len(answer["text"].encode())
+    assert answer["tool_calls_count"] == len(answer["tool_calls"])
+    # The answer closes the conversation; the request's messages are counted.
+    assert detail["conversation"][-1]["role"] == "assistant"
+    assert detail["conversation"][-1]["content"] == answer["text"]
+    assert len(detail["conversation"]) == detail["llm_request"]["messages_count"] + 1
     later = tarsy.get(f"/sessions/{ran.id}/trace/llm/{execution['llm_interactions'][-1]['id']}")
     calls = [c for m in later.json()["conversation"] for c in m.get("tool_calls", [])]
     assert calls
+    iterations = [
+        i for i in execution["llm_interactions"] if i["interaction_type"] != "summarization"
+    ]
+    assert later.json()["llm_request"]["iteration"] == len(iterations)
     assert all(isinstance(call["arguments"], str) for call in calls)
     json.loads(calls[0]["arguments"])
 

@@ -802,6 +802,27 @@ def test_tool_calls_and_sub_agents_get_tarsys_keys(db):
     assert protocol.tarsy_payload(event_message(finished))["status"] == "completed"
 
 
+def test_a_scoring_stage_says_it_started_but_reports_no_progress(db):
+    from sessions.services import scoring as score_services
+
+    session, lease = running_session()
+    services.session_end(lease=lease, status="completed", final_analysis="done")
+    score = services.score_request(session_id=session.id, triggered_by="alice")
+    claimed = services.score_claim(score_id=score.id, worker_id="w")
+    first = SessionEvent.objects.latest("id").id
+    score_services.score_stage_start(
+        lease=claimed, agent_name="ScoringAgent", llm_provider="p", llm_backend="b", model_name="m"
+    )
+    rows = SessionEvent.objects.filter(id__gt=first)
+    started = [protocol.tarsy_payload(event_message(row)) for row in rows]
+    assert [(m["type"], m.get("stage_name"), m.get("status")) for m in started if m] == [
+        ("stage.status", "Reflection", "started"),
+        ("execution.status", None, "active"),
+        ("session.score_updated", None, None),
+    ]
+    assert [protocol.progress_payloads(event_message(row)) for row in rows] == [[], [], []]
+
+
 def test_score_statuses_map_to_tarsys(db):
     session, _ = running_session()
     for ours, theirs in [
@@ -905,3 +926,32 @@ async def test_a_row_that_cannot_be_translated_is_skipped_not_fatal(token):
     await communicator.disconnect()
     assert broken.id not in [m["db_event_id"] for m in messages]
     assert [m["event_id"] for m in messages] == [str(item.id)]
+
+
+def test_sub_agent_tool_calls_have_tarsys_tool_type():
+    metadata = protocol.timeline_metadata(
+        TimelineEventType.LLM_TOOL_CALL,
+        {
+            "tool_name": "orchestrator.dispatch_agent",
+            "server_name": "orchestrator",
+            "arguments": {"name": "LogAnalyzer", "task": "Check logs"},
+        },
+    )
+    assert (metadata["tool_name"], metadata["tool_type"]) == ("dispatch_agent", "orchestrator")
+
+
+def test_provider_fallback_items_have_tarsys_keys():
+    metadata = protocol.timeline_metadata(
+        TimelineEventType.PROVIDER_FALLBACK,
+        {
+            "from_provider": "gemini", "from_backend": "google-native", "from_model": "pro",
+            "to_provider": "claude", "to_backend": "langchain", "to_model": "sonnet",
+            "error_code": "rate_limit", "skipped_incompatible": ["vllm"],
+        },
+    )  # fmt: skip
+    assert metadata == {
+        "original_provider": "gemini", "original_backend": "google-native",
+        "original_model": "pro", "fallback_provider": "claude",
+        "fallback_backend": "langchain", "fallback_model": "sonnet",
+        "error_code": "rate_limit", "skipped_incompatible": ["vllm"],
+    }  # fmt: skip

@@ -28,7 +28,7 @@ def test_a_completed_deep_demo_is_scored_live_and_can_be_rescored(tmp_path, play
             assert 60 <= score <= 100
             assert "score-high" in badge.get_attribute("class") or score < 80
             assert page.is_visible("#score-analysis")
-            assert "Scoring" not in page.inner_text("#timeline")
+            assert "Reflection" not in page.inner_text("#timeline")
 
             page.click("#rescore button")
             # History shows once the new score exists; a total beside it once it is done.

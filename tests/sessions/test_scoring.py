@@ -284,6 +284,11 @@ def test_an_orphaned_running_score_is_timed_out_with_its_stage_closed(scripted_p
     score_services.score_stage_start(
         lease=lease, agent_name="ScoringAgent", llm_provider="p", llm_backend="b", model_name="m"
     )
+    # TARSy's name for the scoring stage, which says it started.
+    stage = Stage.objects.get(session=session, stage_type="scoring")
+    assert stage.name == "Reflection"
+    started = session.events.filter(type="stage.status").last()
+    assert (started.payload["stage_id"], started.payload["status"]) == (stage.id, "active")
     assert services.scores_time_out_orphans(threshold_seconds=60) == []  # still beating
     SessionScore.objects.filter(id=score.id).update(
         heartbeat_at=timezone.now() - timedelta(seconds=120)
@@ -486,6 +491,22 @@ def test_the_rescore_button_queues_a_scoring_and_says_why_it_cannot(browser_clie
 def csrf(browser_client, session) -> str:
     browser_client.get(f"/sessions/{session.id}/")
     return browser_client.cookies["csrftoken"].value
+
+
+def test_the_scoring_stage_stays_out_of_the_live_timeline():
+    session = ended()
+    lease = services.score_claim(score_id=session.scores.get().id, worker_id="w")
+    first = SessionEvent.objects.latest("id").id
+    score_services.score_stage_start(
+        lease=lease, agent_name="ScoringAgent", llm_provider="p", llm_backend="b", model_name="m"
+    )
+    consumer = SessionConsumer()
+    consumer.session_id = session.id
+    started = SessionEvent.objects.filter(
+        id__gt=first, type__in=("stage.status", "execution.status")
+    )
+    assert len(started) == 2
+    assert [consumer._render(event_message(event)) for event in started] == ["", ""]
 
 
 def test_a_score_update_re_renders_the_section_and_badge_live():
