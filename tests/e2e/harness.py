@@ -245,10 +245,14 @@ def deployment(
     provider: dict,
     extra_env: dict[str, str] | None = None,
     clusters: int = 1,
+    webs: int = 1,
 ) -> Iterator[Deployment]:
+    """``webs`` > 1: more daphne processes on the same database (``daphne-2`` … on
+    ports of their own; every web process's URL in ``web_urls``, the first one's first)."""
     data_dir = tmp_path / "data"
     data_dir.mkdir()
     port = free_port()
+    more_ports = [free_port() for _ in range(webs - 1)]
     # TARSY_E2E_DATABASE_URL runs the deployment on another database (an empty
     # PostgreSQL one, say); by default each deployment gets a fresh SQLite file.
     database_url = (
@@ -256,6 +260,8 @@ def deployment(
     )
     env = _environment(data_dir, database_url, extra_env)
     dep = Deployment(f"http://127.0.0.1:{port}", data_dir, env)
+    if more_ports:
+        dep.web_urls = [f"http://127.0.0.1:{p}" for p in (port, *more_ports)]
     if os.environ.get("TARSY_E2E_DATABASE_URL"):
         dep.manage("migrate", "--no-input", "-v0")
         dep.manage("flush", "--no-input", "-v0")  # a shared database: start empty
@@ -270,6 +276,7 @@ def deployment(
         _add_provider(dep.database, provider)
     commands = {
         "daphne": _daphne_command(port),
+        **{f"daphne-{n}": _daphne_command(p) for n, p in enumerate(more_ports, 2)},
         **{
             "qcluster" + (f"-{n}" if n > 1 else ""): [sys.executable, "manage.py", "qcluster"]
             for n in range(1, clusters + 1)

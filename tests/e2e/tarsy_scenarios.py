@@ -181,15 +181,18 @@ def scenario_deployment(
     name: str,
     tmp_path: Path,
     extra_env: dict[str, str] | None = None,
+    *,
+    webs: int = 1,
     **files: Any,
 ) -> Iterator[Running]:
     """TARSy's configuration running unchanged, with the scenario's scripted model and
-    tools (``files``: Scenario's config, script, tools)."""
+    tools (``files``: Scenario's config, script, tools; ``webs``: daphne processes on the
+    one database, their URLs in ``.tarsy.web_urls``)."""
     scenario = Scenario(name, tmp_path, **files)
     fake, port = start_fake_llm(scenario)
     env = {**scenario_env(scenario, port), **(extra_env or {})}
     try:
-        with deployment(tmp_path, provider=demo_provider(), extra_env=env) as tarsy:
+        with deployment(tmp_path, provider=demo_provider(), extra_env=env, webs=webs) as tarsy:
             # TARSy's tests submit as "api-client" (its author when no proxy names one).
             token = tarsy.manage("create_api_token", "api-client").strip()
             yield Running(scenario, tarsy, token)
@@ -254,3 +257,103 @@ def differences(golden: Any, ours: Any, path: str = "") -> list[str]:
             for d in differences(g, o, f"{path}[{i}]")
         ]
     return [] if golden == ours else [f"{path}: ours {ours!r}, TARSy {golden!r}"]
+
+
+class SocketClient:
+    """TARSy's e2e WebSocket client (``ws_client.go``): one ``/api/v1/ws`` socket of a web
+    process, every message it receives kept in ``events`` (a thread reads them)."""
+
+    def __init__(self, base_url: str, token: str) -> None:
+        import threading
+
+        from websockets.sync.client import connect
+
+        url = base_url.replace("http://", "ws://", 1) + "/api/v1/ws"
+        self._exit = contextlib.ExitStack()
+        self.socket = self._exit.enter_context(
+            connect(url, additional_headers={"Authorization": f"Bearer {token}"})
+        )
+        self.events: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.wait_for(lambda e: e["type"] == "connection.established", "the socket's welcome")
+
+    def _read(self) -> None:
+        with contextlib.suppress(Exception):  # ends when the socket closes
+            for message in self.socket:
+                self.events.append(json.loads(message))
+
+    def subscribe(self, channel: str) -> None:
+        self.socket.send(json.dumps({"action": "subscribe", "channel": channel}))
+        self.wait_for(
+            lambda e: e["type"] == "subscription.confirmed" and e.get("channel") == channel,
+            f"the subscription to {channel}",
+        )
+
+    def wait_for(self, matches, what: str, timeout: float = 30) -> dict[str, Any]:
+        return wait(
+            lambda: next((e for e in list(self.events) if matches(e)), None),
+            what,
+            timeout=timeout,
+        )
+
+    def stored(self) -> list[dict[str, Any]]:
+        """TARSy's AssertEventsInOrder view: stored events once each, by ``db_event_id``."""
+        unique = {e["db_event_id"]: e for e in list(self.events) if "db_event_id" in e}
+        return [unique[key] for key in sorted(unique)]
+
+    def close(self) -> None:
+        self._exit.close()
+        self._reader.join(timeout=5)
+
+
+def _event_matches(event: dict[str, Any], expected: dict[str, Any]) -> bool:
+    for key, want in expected.items():
+        if key == "group":
+            continue
+        if key == "metadata":
+            got = event.get("metadata") or {}
+            if any(str(got.get(k)) != str(v) for k, v in want.items()):
+                return False
+        elif event.get(key) != want:
+            return False
+    return True
+
+
+def events_not_in_order(actual: list[dict[str, Any]], expected: list[dict[str, Any]]) -> list:
+    """TARSy's AssertEventsInOrder (helpers.go): the expected events (dicts of the fields
+    to compare, ``type`` first) must appear in ``actual`` (``SocketClient.stored()``) in
+    order, others in between allowed; consecutive ones with the same ``group`` in any
+    order (parallel agents). Returns the expected events not found (empty: all were)."""
+    missing: list[dict[str, Any]] = []
+    e = a = 0
+    while e < len(expected) and a < len(actual):
+        if group := expected[e].get("group"):
+            members = []
+            while e < len(expected) and expected[e].get("group") == group:
+                members.append(expected[e])
+                e += 1
+            matched = [False] * len(members)
+            while a < len(actual) and not all(matched):
+                # Those with metadata first, so a looser one cannot take their event.
+                for with_metadata in (True, False):
+                    found = next(
+                        (
+                            i
+                            for i, m in enumerate(members)
+                            if not matched[i]
+                            and ("metadata" in m) == with_metadata
+                            and _event_matches(actual[a], m)
+                        ),
+                        None,
+                    )
+                    if found is not None:
+                        matched[found] = True
+                        break
+                a += 1
+            missing += [m for m, ok in zip(members, matched, strict=True) if not ok]
+            continue
+        if _event_matches(actual[a], expected[e]):
+            e += 1
+        a += 1
+    return missing + expected[e:]

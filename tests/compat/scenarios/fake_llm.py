@@ -68,6 +68,7 @@ class ScenarioLLM(ScriptedServer):
         openai = path == _OPENAI
         system = _system_text(body, openai=openai)
         with self.script_lock:
+            self._swap_script()
             agent, entry = self._next(system)
         if self.record is not None:
             with self.script_lock, self.record.open("a") as file:
@@ -76,6 +77,8 @@ class ScenarioLLM(ScriptedServer):
                         {
                             "api": "openai" if openai else "gemini",
                             "agent": agent,
+                            # Which provider was asked: Gemini's model is in the path.
+                            "model": body.get("model") if openai else _gemini_model(path),
                             "answered": entry is not None and "error" not in entry,
                             "blocked": bool(entry and (entry.get("block") or entry.get("hold"))),
                             "body": body,
@@ -91,7 +94,15 @@ class ScenarioLLM(ScriptedServer):
             body = (
                 openai_error_body(status, message) if openai else self.error_body(status, message)
             )
-            self._send_error(handler, ErrorReply(status, body))
+            headers = {}
+            if (delay := entry["error"].get("retry_after")) is not None:
+                # When to come back, as each API says it: Gemini's RetryInfo detail,
+                # OpenAI's Retry-After header.
+                if openai:
+                    headers["retry-after"] = f"{delay:g}"
+                else:
+                    body = gemini.error_body(status, message, retry_delay=delay)
+            self._send_error(handler, ErrorReply(status, body, headers))
             return
         if entry.get("block"):
             # TARSy's BlockUntilCancelled: a stream that says nothing until the caller
@@ -99,19 +110,42 @@ class ScenarioLLM(ScriptedServer):
             self._send_stream(handler, StreamReply((SSEEvent(data="{}", delay=600.0),)))
             return
         if entry.get("hold") and self.record is not None:
-            # TARSy's WaitCh: answer only once the test releases the held calls.
+            # TARSy's WaitCh: answer only once the test releases the held calls
+            # (``"hold": "<gate>"``: once it releases that gate, <record stem>.<gate>.release).
             release = self.record.with_suffix(".release")
+            if isinstance(entry["hold"], str):
+                release = self.record.with_name(f"{self.record.stem}.{entry['hold']}.release")
             deadline = time.monotonic() + 120
             while not release.exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
+        if any("tool_call" in chunk for chunk in entry.get("chunks") or []):
+            entry = _rewrite(entry, body, openai=openai)
         reply = _openai_reply(entry) if openai else _gemini_reply(entry)
         self._send_stream(handler, reply)
+
+    def _swap_script(self) -> None:
+        """A test that replays several of TARSy's tests on one deployment puts the next
+        one's script at <record stem>.script.json: it replaces what is left of this one."""
+        if self.record is None:
+            return
+        swap = self.record.with_name(f"{self.record.stem}.script.json")
+        if swap.exists():
+            script = json.loads(swap.read_text())
+            swap.unlink()
+            self.sequential = deque(script.get("sequential", []))
+            self.routed = defaultdict(deque)
+            for agent, entries in script.get("routed", {}).items():
+                self.routed[agent].extend(entries)
 
     def _next(self, system: str) -> tuple[str, dict[str, Any] | None]:
         for agent, entries in self.routed.items():
             if entries and re.search(rf"\bYou are {re.escape(agent)}\b", system):
                 return agent, entries.popleft()
         return "", self.sequential.popleft() if self.sequential else None
+
+
+def _gemini_model(path: str) -> str:
+    return path.removeprefix("/v1beta/models/").split(":", 1)[0]
 
 
 def _system_text(body: dict[str, Any], *, openai: bool) -> str:
@@ -123,6 +157,59 @@ def _system_text(body: dict[str, Any], *, openai: bool) -> str:
         )
     parts = (body.get("systemInstruction") or body.get("system_instruction") or {}).get("parts", [])
     return "\n".join(str(part.get("text", "")) for part in parts)
+
+
+# TARSy's RewriteChunks (orchestrator_test.go, cancelAgentRewriter): a tool call's arguments
+# may name an id the run created, ``{{execution_id:<Agent>}}``: the execution id that the
+# dispatch of <Agent> returned, found in the conversation the model is sent.
+_DISPATCHED = re.compile(r"\{\{execution_id:([^}]+)\}\}")
+
+
+def _rewrite(entry: dict[str, Any], body: dict[str, Any], *, openai: bool) -> dict[str, Any]:
+    chunks = []
+    for chunk in entry["chunks"]:
+        if "tool_call" in chunk and _DISPATCHED.search(chunk["tool_call"].get("arguments", "")):
+            call = dict(chunk["tool_call"])
+            call["arguments"] = _DISPATCHED.sub(
+                lambda m: json.dumps(_dispatched_id(body, m.group(1), openai=openai)),
+                call["arguments"],
+            )
+            chunk = {"tool_call": call}
+        chunks.append(chunk)
+    return {**entry, "chunks": chunks}
+
+
+def _dispatched_id(body: dict[str, Any], agent: str, *, openai: bool) -> Any:
+    """The ``execution_id`` in the result of the dispatch_agent call that named ``agent``."""
+    calls: dict[str, Any] = {}  # call id → dispatched agent
+    results: list[tuple[str, str]] = []  # (call id, result text)
+    if openai:
+        for message in body.get("messages", []):
+            for call in message.get("tool_calls") or []:
+                if call["function"]["name"].endswith("dispatch_agent"):
+                    args = json.loads(call["function"].get("arguments") or "{}")
+                    calls[call["id"]] = args.get("name")
+            if message.get("role") == "tool":
+                results.append((message.get("tool_call_id"), str(message.get("content") or "")))
+    else:
+        for content in body.get("contents", []):
+            for part in content.get("parts", []):
+                call = part.get("functionCall")
+                if call and call.get("name", "").endswith("dispatch_agent"):
+                    calls[call.get("id")] = (call.get("args") or {}).get("name")
+                response = part.get("functionResponse")
+                if response:
+                    text = (response.get("response") or {}).get("result", "")
+                    results.append((response.get("id"), str(text)))
+    for call_id, text in results:
+        if calls.get(call_id) == agent:
+            # TARSy's result may be JSON then words; the JSON is its first line.
+            for candidate in (text, text.split("\n", 1)[0]):
+                try:
+                    return json.loads(candidate)["execution_id"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+    return None
 
 
 def _chunks(entry: dict[str, Any]) -> list[dict[str, Any]]:

@@ -14,8 +14,13 @@ import sys
 from mcp.server.mcpserver import MCPServer
 
 
-def _static(result: str):
+def _static(result: str, path: str = "", server_id: str = "", name: str = ""):
     def answer() -> str:
+        # The file as it is now: a test replaying several of TARSy's tests on one
+        # deployment rewrites it between them (a tool it drops keeps its first result).
+        if path:
+            with open(path) as file:
+                return json.load(file).get(server_id, {}).get(name, result)
         return result
 
     return answer
@@ -29,7 +34,7 @@ def main() -> None:
     for name, result in tools.items():
         # No parameters: arguments are accepted and ignored, as TARSy's StaticToolHandler.
         server.add_tool(
-            _static(result),
+            _static(result, sys.argv[1], server_id, name),
             name=name,
             description=f"test tool: {name}",
             structured_output=False,
