@@ -166,6 +166,10 @@ async def _execute(
     controller: Controller,
     sub_agents: Callable[[AgentExecution], SubAgents] | None,
 ) -> AgentResult:
+    execution = recorder.execution
+    if execution.parent_execution_id is not None and execution.task:
+        # First on a sub-agent's timeline, as in TARSy: what it was dispatched to do.
+        await recorder.add_item(TimelineEventType.TASK_ASSIGNED, execution.task)
     try:
         async with ToolBox(
             agent.servers,

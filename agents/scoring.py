@@ -205,6 +205,7 @@ def _item_text(item: TimelineEvent) -> str:
         TimelineEventType.EXECUTIVE_SUMMARY: "Summary",
         TimelineEventType.MCP_TOOL_SUMMARY: "Summary of the last tool result",
         TimelineEventType.ERROR: "Error",
+        TimelineEventType.TASK_ASSIGNED: "Task from the dispatching agent",
     }
     return f"{labels.get(item.event_type, item.event_type)}: {item.content}"
 

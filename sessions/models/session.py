@@ -273,6 +273,7 @@ class TimelineEventType(models.TextChoices):
     FINAL_ANALYSIS = "final_analysis"
     EXECUTIVE_SUMMARY = "executive_summary"
     PROVIDER_FALLBACK = "provider_fallback"
+    TASK_ASSIGNED = "task_assigned"  # what a dispatched sub-agent was asked to do
     WARNING = "warning"  # something went wrong around the investigation, which went on
 
 

@@ -22,7 +22,6 @@ Where this implementation differs on purpose (README, "Moving from TARSy"):
 - a dispatch answers ``{"execution_id": <id>, "status": "accepted"}`` alone; TARSy adds
   a paragraph telling the model to wait for the result;
 - execution ids are integers (TARSy: UUIDs), so cancel_agent takes an integer;
-- no ``task_assigned`` timeline item: a sub-agent's task is its execution's ``task``;
 - an answer is one timeline item, streamed and then marked final_analysis (TARSy: an
   llm_response, then a final_analysis copy); the executive summary is an
   executive_summary item;
@@ -300,9 +299,17 @@ def test_orchestrator_timeline_marks_the_sub_agents_items(orchestrator):
     assert timeline
     ids = {e["agent_name"]: e["execution_id"] for e in _executions(session)}
     kinds = Counter(item["event_type"] for item in timeline)
-    # TARSy records a task_assigned item for each dispatched sub-agent (1 here); this
-    # implementation has no such item: the task is the sub-agent's ``task`` field (README).
-    assert kinds["task_assigned"] == 0
+    # A task_assigned item for each dispatched sub-agent (1 here), first on its timeline.
+    assert kinds["task_assigned"] == 1
+    [task] = [item for item in timeline if item["event_type"] == "task_assigned"]
+    assert task["execution_id"] == ids["LogAnalyzer"]
+    assert task["content"] == "Find all error patterns in the last 30 minutes"
+    assert task["status"] == "completed"
+    first = min(
+        (i for i in timeline if i.get("execution_id") == ids["LogAnalyzer"]),
+        key=lambda i: i["sequence_number"],
+    )
+    assert first["id"] == task["id"]
     assert kinds["final_analysis"] >= 2  # orchestrator + sub-agent
     for item in timeline:
         if item.get("execution_id") == ids["LogAnalyzer"]:
@@ -384,8 +391,6 @@ def test_orchestrator_timeline_is_tarsys_golden(orchestrator):
     for item in _golden("timeline"):
         key = (item["agent"], item["event_type"], item["content"], item["status"])
         metadata = item.get("metadata") or {}
-        if item["event_type"] == "task_assigned":
-            continue  # not an item here (see above)
         if item["event_type"] == "final_analysis":
             # Ours: the answer is one item, streamed then marked final_analysis; TARSy
             # streams an llm_response, then adds a final_analysis copy.
