@@ -367,6 +367,7 @@ class IteratingController(_ModelCalls):
         await self._record_tool_list(run, tools)
         limit = run.settings.max_iterations
         for iteration in range(1, limit + 1):
+            await run.recorder.progress("investigating", f"Iteration {iteration}/{limit}")
             if run.sub_agents is not None:
                 await self._append(run, run.sub_agents.drain())
             turn = await self._turn(run, tools, interaction_type="iteration")
@@ -387,6 +388,7 @@ class IteratingController(_ModelCalls):
         if run.sub_agents is not None and run.sub_agents.running:
             await run.sub_agents.cancel_all(f"the limit of {limit} steps was reached")
             await self._append(run, run.sub_agents.drain())
+        await run.recorder.progress("concluding", f"Forcing conclusion after {limit} iterations")
         await self._append(run, [forced_conclusion(limit)])
         marks = {"forced_conclusion": True, "iterations_used": limit, "max_iterations": limit}
         turn = await self._turn(run, (), interaction_type="forced_conclusion", item_metadata=marks)
@@ -423,6 +425,7 @@ class IteratingController(_ModelCalls):
 
     async def _run_tool(self, run: AgentRun, call: ToolCall) -> None:
         server, tool = tool_parts(call.name)
+        await run.recorder.progress("gathering_info", f"Calling {server}.{tool}")
         item = await run.recorder.start_item(
             TimelineEventType.LLM_TOOL_CALL,
             metadata={

@@ -133,6 +133,14 @@ class Recorder:
             tool_name=message.tool_name,
         )
 
+    async def progress(self, phase: str, message: str) -> None:
+        """TARSy's ``execution.progress``: investigating, gathering_info, distilling,
+        concluding (api/protocol.py sends it on)."""
+        await self._streams.flush()  # after the text streamed before it
+        await db(services.execution_progress)(
+            lease=self.lease, execution=self.execution, phase=phase, message=message
+        )
+
     async def switch_provider(self, config: ProviderConfig, backend: str) -> None:
         self.execution = await db(services.execution_switch_provider)(
             lease=self.lease,

@@ -287,6 +287,16 @@ def _execution_status(session_id: str, p: dict[str, Any]) -> dict[str, Any] | No
     }
 
 
+def _execution_progress(session_id: str, p: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "stage_id": str(p["stage_id"]),
+        "execution_id": str(p["execution_id"]),
+        **_opt(parent_execution_id=_id(p.get("parent_execution_id"))),
+        "phase": p["phase"],
+        "message": p["message"],
+    }
+
+
 def _review_status(session_id: str, p: dict[str, Any]) -> dict[str, Any]:
     return {
         **_opt(
@@ -316,6 +326,7 @@ _TRANSLATORS = {
     SessionEventType.SESSION_STATUS: _session_status,
     SessionEventType.STAGE_STATUS: _stage_status,
     SessionEventType.EXECUTION_STATUS: _execution_status,
+    SessionEventType.EXECUTION_PROGRESS: _execution_progress,
     SessionEventType.REVIEW_STATUS: _review_status,
     SessionEventType.CHAT_CREATED: _chat_created,
     SessionEventType.SCORE_UPDATED: _score_updated,
@@ -335,7 +346,8 @@ PROGRESS_SOURCES = (SessionEventType.STAGE_STATUS, SessionEventType.EXECUTION_ST
 
 def progress_payloads(event: dict[str, Any]) -> list[dict[str, Any]]:
     """TARSy's transient ``session.progress`` (a stage starts) and ``execution.progress``
-    (an agent starts) for one of our events; [] for the rest. May read the database."""
+    (an agent starts; the agent's own phases after that are events of their own) for one
+    of our events; [] for the rest. May read the database."""
     kind, p = event["type"], event["payload"]
     session_id = str(event["session_id"])
     base = {"session_id": session_id, "timestamp": rfc3339(p.get("timestamp") or timezone.now())}

@@ -86,6 +86,8 @@ async def for_model(run, call: ToolCall, server: MCPServerConfig | None, content
     tokens = estimate_tokens(content)
     if not policy.enabled or tokens <= policy.size_threshold_tokens:
         return hard_limit(content)
+    server_id, tool = tool_parts(call.name)
+    await run.recorder.progress("distilling", f"Summarizing {server_id}.{tool} ({tokens} tokens)")
     summary = await _summarize(run, call, policy, content, tokens)
     if summary is None:
         return truncate(

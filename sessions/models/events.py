@@ -22,6 +22,8 @@ class SessionEventType(models.TextChoices):
     CHAT_CREATED = "chat.created"
     INTERACTION_CREATED = "interaction.created"  # an LLM or MCP call was recorded
     SLACK_STATUS = "slack.status"  # a Slack message of the session was posted, or failed
+    # Transient: what an agent is doing now (TARSy's phases: an iteration, a tool call…).
+    EXECUTION_PROGRESS = "execution.progress"
 
 
 class SessionEvent(models.Model):

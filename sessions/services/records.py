@@ -149,6 +149,27 @@ def publish_execution_status(execution: AgentExecution, *, cancel_requested: boo
     )
 
 
+def execution_progress(
+    *, lease: Lease, execution: AgentExecution, phase: str, message: str
+) -> SessionEvent:
+    """What the agent is doing now, for TARSy's clients (``execution.progress``): live
+    only, like a stream chunk, and written only while the worker holds the session."""
+    with transaction.atomic():
+        hold(lease)
+        return event_publish(
+            session_id=execution.session_id,
+            type=SessionEventType.EXECUTION_PROGRESS,
+            payload={
+                "execution_id": execution.id,
+                "stage_id": execution.stage_id,
+                "parent_execution_id": execution.parent_execution_id,
+                "phase": phase,
+                "message": message,
+            },
+            transient=True,
+        )
+
+
 def execution_switch_provider(
     *,
     lease: Lease,

@@ -136,6 +136,16 @@ def test_it_forces_a_conclusion_without_tools_at_max_iterations(scripted_provide
     assert last.tools == []  # no tools offered, so none could be called
     assert "limit of 2 investigation steps" in request_messages(last)[-1]["content"]
     assert TimelineEvent.objects.filter(session=session, event_type="llm_tool_call").count() == 2
+    # TARSy's execution.progress phases, live only, in the order the agent went through them.
+    progress = SessionEvent.objects.filter(session=session, type="execution.progress")
+    assert all(event.transient for event in progress)
+    assert [(e.payload["phase"], e.payload["message"]) for e in progress.order_by("id")] == [
+        ("investigating", "Iteration 1/2"),
+        ("gathering_info", "Calling kubernetes.get_pods"),
+        ("investigating", "Iteration 2/2"),
+        ("gathering_info", "Calling kubernetes.get_pods"),
+        ("concluding", "Forcing conclusion after 2 iterations"),
+    ]
 
 
 def test_an_llm_error_fails_the_session_with_a_readable_item(scripted_provider):

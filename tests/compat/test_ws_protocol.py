@@ -385,6 +385,9 @@ async def test_live_events_follow_with_db_event_id_on_persistent_ones_only(token
             llm_provider="demo",
             model_name="demo",
         )
+        services.execution_progress(
+            lease=lease, execution=execution, phase="investigating", message="Iteration 1/20"
+        )
         item = services.timeline_event_add(
             lease=lease,
             event_type=TimelineEventType.LLM_RESPONSE,
@@ -408,6 +411,7 @@ async def test_live_events_follow_with_db_event_id_on_persistent_ones_only(token
         "stage.status",
         "session.progress",
         "execution.status",
+        "execution.progress",
         "execution.progress",
         "timeline_event.created",
         "stream.chunk",
@@ -443,6 +447,12 @@ async def test_live_events_follow_with_db_event_id_on_persistent_ones_only(token
         "execution_id": str(execution.id),
         "phase": "investigating",
         "message": "KubernetesAgent started",
+    }
+    # The agent's own phase, as it goes (the controller's; TARSy's ProgressPhase*).
+    assert messages[4] == {
+        **agent_progress,
+        "timestamp": messages[4]["timestamp"],
+        "message": "Iteration 1/20",
     }
     status = messages[2]
     assert status == {
