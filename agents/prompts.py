@@ -100,7 +100,9 @@ def system_prompt(
     custom_instructions: str,
     servers: Sequence[MCPServerConfig] = (),
     sub_agents: Sequence[AgentConfig] = (),
+    skills: Sequence[str] = (),
 ) -> str:
+    """``skills``: the sections of agents/skills.py, after the tools' instructions."""
     parts = [PREAMBLE.format(agent=agent_name)]
     if agent_type == ACTION:
         parts.append(ACTION_PREAMBLE)
@@ -111,6 +113,7 @@ def system_prompt(
         for server in servers
         if server.instructions
     ]
+    parts += skills
     if sub_agents:
         parts.append(orchestration_section(sub_agents))
     return "\n\n".join(parts)

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from config.loader import get_config
 from config.providers import default_provider, provider_rows
@@ -90,6 +91,9 @@ class AgentSettings:
     # and Gemini native tools it turns on or off on top of the providers' own.
     tool_filter: dict[str, frozenset[str]] | None = None
     native_tool_switches: dict[str, bool] | None = None
+    # Skills on demand (None: every skill; empty: none) and in the prompt (agents/skills.py).
+    skills: tuple[str, ...] | None = None
+    required_skills: tuple[str, ...] = ()
 
     @property
     def iterating(self) -> bool:
@@ -201,6 +205,14 @@ def stage_agent_settings(
             if config.agents[ref.name].description
         ),
         orchestrator=_orchestrator(config, agent, stage_agent.orchestrator),
+        # A stage agent's (or sub-agent reference's) skills add to the agent's own (TARSy:
+        # additive, unlike mcp_servers); an agent with every skill keeps every skill.
+        skills=agent.skills
+        if agent.skills is None or not stage_agent.skills
+        else tuple(dict.fromkeys((*agent.skills, *stage_agent.skills))),
+        required_skills=tuple(
+            dict.fromkeys((*agent.required_skills, *stage_agent.required_skills))
+        ),
     )
 
 
@@ -214,7 +226,7 @@ def synthesis_settings(
         llm_backend=synthesis.llm_backend,
     )
     return dataclasses.replace(
-        stage_agent_settings(config, chain, stage, step), mcp_servers=(), sub_agents=()
+        stage_agent_settings(config, chain, stage, step), **NO_TOOLS_OR_SKILLS
     )
 
 
@@ -222,8 +234,17 @@ def exec_summary_settings(config: TarsyConfig, chain: ChainConfig) -> AgentSetti
     step = StageAgentConfig(name="ExecSummaryAgent", llm_provider=chain.executive_summary_provider)
     summary_stage = StageConfig(name=EXEC_SUMMARY_STAGE, agents=(step,))
     return dataclasses.replace(
-        stage_agent_settings(config, chain, summary_stage, step), mcp_servers=(), sub_agents=()
+        stage_agent_settings(config, chain, summary_stage, step), **NO_TOOLS_OR_SKILLS
     )
+
+
+# Synthesis and the executive summary read what others found: no tools, no skills.
+NO_TOOLS_OR_SKILLS: dict[str, Any] = {
+    "mcp_servers": (),
+    "sub_agents": (),
+    "skills": (),
+    "required_skills": (),
+}
 
 
 def sub_agent_settings(config: TarsyConfig, chain: ChainConfig, ref: SubAgentRef) -> AgentSettings:
@@ -235,6 +256,8 @@ def sub_agent_settings(config: TarsyConfig, chain: ChainConfig, ref: SubAgentRef
         llm_provider=ref.llm_provider,
         llm_backend=ref.llm_backend,
         mcp_servers=ref.mcp_servers,
+        skills=ref.skills,
+        required_skills=ref.required_skills,
     )
     stage = StageConfig(name="sub-agent", agents=(step,))
     return dataclasses.replace(stage_agent_settings(config, chain, stage, step), sub_agents=())

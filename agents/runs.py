@@ -18,9 +18,11 @@ from agents.controller import (
     IteratingController,
     SingleShotController,
     SubAgents,
+    ToolExecutor,
 )
 from agents.recorder import Recorder, db
 from agents.resolver import ResolvedAgent
+from agents.skills import AgentSkills, WithSkills, agent_skills
 from agents.tools.mcp_client import MCPServerError
 from agents.tools.toolbox import ToolBox
 from config.types import ChainConfig, TarsyConfig
@@ -158,6 +160,10 @@ async def run_agent(
     return Outcome(recorder.execution, result)
 
 
+def _with_skills(tools: ToolExecutor, skills: AgentSkills) -> ToolExecutor:
+    return WithSkills(tools, skills.on_demand) if skills.on_demand else tools
+
+
 async def _execute(
     run: SessionRun,
     agent: ResolvedAgent,
@@ -170,6 +176,12 @@ async def _execute(
     if execution.parent_execution_id is not None and execution.task:
         # First on a sub-agent's timeline, as in TARSy: what it was dispatched to do.
         await recorder.add_item(TimelineEventType.TASK_ASSIGNED, execution.task)
+    skills = agent_skills(run.config, agent.settings)
+    for skill in skills.required:
+        # In its prompt from the start: shown, and read by scoring, as in TARSy.
+        await recorder.add_item(
+            TimelineEventType.SKILL_LOADED, skill.body, metadata={"skill_name": skill.name}
+        )
     try:
         async with ToolBox(
             agent.servers,
@@ -184,7 +196,7 @@ async def _execute(
                         choice=agent.choice,
                         fallbacks=list(agent.fallbacks),
                         cost=run.config.cost_estimation,
-                        tools=runner.tools(toolbox) if runner else toolbox,
+                        tools=_with_skills(runner.tools(toolbox) if runner else toolbox, skills),
                         recorder=recorder,
                         messages=messages(agent),
                         sub_agents=runner,

@@ -30,7 +30,13 @@ from agents.prompts import (
     SCORING_TOOL_REPORT_REQUEST,
 )
 from agents.recorder import Recorder, db
-from agents.resolver import AgentSettings, ResolutionError, resolve, stage_agent_settings
+from agents.resolver import (
+    NO_TOOLS_OR_SKILLS,
+    AgentSettings,
+    ResolutionError,
+    resolve,
+    stage_agent_settings,
+)
 from agents.runs import RunControl
 from config.loader import get_config
 from config.types import ChainConfig, StageAgentConfig, StageConfig, TarsyConfig
@@ -306,9 +312,7 @@ def chain_scoring_settings(config: TarsyConfig, chain: ChainConfig) -> AgentSett
     )
     stage = StageConfig(name="Scoring", agents=(step,))
     return dataclasses.replace(
-        stage_agent_settings(config, chain, stage, step),
-        mcp_servers=(),
-        sub_agents=(),
+        stage_agent_settings(config, chain, stage, step), **NO_TOOLS_OR_SKILLS
     )
 
 

@@ -32,6 +32,7 @@ from agents.resolver import (
     with_alert_selection,
 )
 from agents.runs import Outcome, SessionRun, run_agent, start_agent
+from agents.skills import agent_skills, skill_sections
 from agents.sub_agents import SubAgentRunner
 from config.types import ACTION, EXEC_SUMMARY, StageConfig
 from sessions import services
@@ -270,6 +271,7 @@ def _system(run: SessionRun, agent: ResolvedAgent) -> str:
         custom_instructions=agent.settings.custom_instructions,
         servers=list(agent.servers.values()),
         sub_agents=sub_agent_catalog(run.config, agent.settings),
+        skills=skill_sections(agent_skills(run.config, agent.settings)),
     )
 
 

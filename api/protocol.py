@@ -215,8 +215,10 @@ def timeline_metadata(event_type: str, metadata: dict[str, Any]) -> dict[str, An
             data["tool_name"] = name.removeprefix(f"{server}.")
         if "arguments" in data and not isinstance(data["arguments"], str):
             data["arguments"] = json.dumps(data["arguments"], separators=(",", ":"))
-        # TARSy's tool_type: "orchestrator" for the sub-agent tools (dispatch_agent…).
-        data.setdefault("tool_type", "orchestrator" if server == ORCHESTRATOR_SERVER else "mcp")
+        # TARSy's tool_type: "orchestrator" for the sub-agent tools (dispatch_agent…),
+        # "skill" for load_skill (a built-in tool of no server).
+        kinds = {ORCHESTRATOR_SERVER: "orchestrator", "": "skill"}
+        data.setdefault("tool_type", kinds.get(server, "mcp"))
     elif event_type == TimelineEventType.PROVIDER_FALLBACK:
         renames = {
             "from_provider": "original_provider",

@@ -1,7 +1,7 @@
 """Load and validate tarsy.yaml (and, in a TARSy config directory, llm-providers.yaml).
 
 ``TARSY_CONFIG`` names a tarsy.yaml, or a directory in TARSy's layout: ``tarsy.yaml``,
-optionally ``llm-providers.yaml`` and ``skills/``. Each file is read with the size and depth bounds of ``masking.bounded``, validated by the
+optionally ``llm-providers.yaml`` and ``skills/`` (config/skills.py). Each file is read with the size and depth bounds of ``masking.bounded``, validated by the
 schema (config/schema.py), and handed to the rest of TARSy as frozen dataclasses
 (config/types.py). Every mistake stops start-up with a message naming the file, the key
 and what is allowed, e.g. ``tarsy.yaml: agents.KubernetesAgent.mcp_servers[0]: unknown MCP
@@ -20,7 +20,8 @@ from pydantic_core import ErrorDetails
 
 from config.fields import PROBLEM, key_path
 from config.schema import ProvidersFile, TarsyFile
-from config.types import FileProvider, TarsyConfig
+from config.skills import SkillError, load_skills
+from config.types import FileProvider, Skill, TarsyConfig
 from masking.bounded import UnsafeInput, load_yaml
 
 __all__ = ["ConfigError", "get_config", "load_config"]
@@ -49,7 +50,12 @@ def load_config(path: str | Path) -> TarsyConfig:
         source = str(path / TARSY_FILE)
     else:
         source = path.name
-    return parse_config(read_tarsy_file(path), source, providers)
+    try:
+        # The config directory's skills/: beside a tarsy.yaml named alone, too.
+        skills = load_skills(path if path.is_dir() else path.parent)
+    except SkillError as exc:
+        raise ConfigError(str(exc)) from None
+    return parse_config(read_tarsy_file(path), source, providers, skills)
 
 
 def read_tarsy_file(path: Path) -> object:
@@ -87,14 +93,19 @@ def load_providers(path: Path) -> dict[str, FileProvider]:
 
 
 def parse_config(
-    raw: object, source: str, providers: dict[str, FileProvider] | None = None
+    raw: object,
+    source: str,
+    providers: dict[str, FileProvider] | None = None,
+    skills: dict[str, Skill] | None = None,
 ) -> TarsyConfig:
-    """A loaded YAML document (None: an empty file) as configuration from ``source``."""
+    """A loaded YAML document (None: an empty file) as configuration from ``source``,
+    with the skills of its directory (None: none looked for, none checked)."""
+    context = {"skills": set(skills)} if skills is not None else None
     try:
-        file = TarsyFile.model_validate(raw)
+        file = TarsyFile.model_validate(raw, context=context)
     except ValidationError as exc:
         raise ConfigError(error_message(source, exc)) from None
-    return file.to_config(source, providers)
+    return file.to_config(source, providers, skills)
 
 
 @cache

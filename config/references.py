@@ -5,7 +5,7 @@ check`` (agents/checks.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from config.fields import Loc, Problem
@@ -128,7 +128,38 @@ def _sub_agent_problem(name: str, agents: Mapping[str, AgentSchema]) -> str | No
     return None
 
 
-def file_warnings(file: TarsyFile) -> list[Problem]:
+def skill_problems(file: TarsyFile, skills: Collection[str]) -> list[Problem]:
+    """Skills named that the config directory's skills/ does not define (with none
+    defined at all, a warning instead: file_warnings)."""
+    if not skills:
+        return []
+    defined = ", ".join(sorted(skills))
+    return [
+        ((*loc, index), f"unknown skill {name!r}; defined: {defined}")
+        for loc, names in _skill_refs(file)
+        for index, name in enumerate(names)
+        if name not in skills
+    ]
+
+
+def _skill_refs(file: TarsyFile) -> Iterator[tuple[Loc, tuple[str, ...]]]:
+    """Every list of skill names: agents', stage agents' and sub-agent references'."""
+    for name, agent in file.agents.items():
+        yield ("agents", name, "skills"), agent.skills or ()
+        yield ("agents", name, "required_skills"), agent.required_skills
+    for chain_id, chain in file.agent_chains.items():
+        for index, stage in enumerate(chain.stages):
+            for loc, entry in stage.entries:
+                at: Loc = ("agent_chains", chain_id, "stages", index, *loc)
+                yield (*at, "skills"), entry.skills or ()
+                yield (*at, "required_skills"), entry.required_skills
+    for loc, refs in _sub_agent_refs(file):
+        for index, ref in enumerate(refs):
+            yield (*loc, index, "skills"), ref.skills or ()
+            yield (*loc, index, "required_skills"), ref.required_skills
+
+
+def file_warnings(file: TarsyFile, skills: Collection[str] = ()) -> list[Problem]:
     """What loads but may not do what was meant: said by ``manage.py check`` and the
     System page, never a reason to refuse the file (TARSy accepts all of it)."""
     warnings: list[Problem] = []
@@ -144,9 +175,9 @@ def file_warnings(file: TarsyFile) -> list[Problem]:
                 warnings.append(((*loc, index), message))
     if file.defaults.memory is not None and file.defaults.memory.enabled:
         warnings.append((("defaults", "memory"), UNBUILT.format(what="investigation memory")))
-    for name, agent in file.agents.items():
-        if agent.skills is not None or agent.required_skills:
-            warnings.append((("agents", name, "skills"), UNBUILT.format(what="skills")))
+    if not skills:
+        message = "no skills are defined (no skill file under skills/), so this names none"
+        warnings += [(loc, message) for loc, names in _skill_refs(file) if names]
     if file.system.holidays:
         warnings.append((("system", "holidays"), UNBUILT.format(what="the calendar context")))
     for key, why in QUEUE_NOT_APPLIED.items():

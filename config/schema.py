@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     PlainValidator,
     PrivateAttr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -60,7 +61,7 @@ from config.fields import (
     or_default,
     required_list,
 )
-from config.references import file_problems, file_warnings
+from config.references import file_problems, file_warnings, skill_problems
 from config.types import (
     ACTION,
     EXEC_SUMMARY,
@@ -86,6 +87,7 @@ from config.types import (
     RetentionConfig,
     RunbooksConfig,
     ScoringConfig,
+    Skill,
     SlackConfig,
     StageAgentConfig,
     StageConfig,
@@ -198,7 +200,7 @@ class SubAgentSchema(Schema):
     llm_provider: Text | None = None
     llm_backend: Backend | None = None
     mcp_servers: Texts | None = None
-    skills: Texts | None = None  # skills (issue 21): accepted
+    skills: Texts | None = None  # None: every skill (config/skills.py)
     required_skills: Texts = ()
 
 
@@ -302,7 +304,7 @@ class AgentSchema(Schema):
     # Gemini native tools for this agent; None: the provider's own setting.
     native_tools: NativeTools | None = None
     orchestrator: OrchestratorSchema | None = None
-    skills: Texts | None = None  # skills (issue 21): accepted
+    skills: Texts | None = None  # None: every skill (config/skills.py)
     required_skills: Texts = ()
 
     def build_named(self, name: str) -> AgentConfig:
@@ -374,7 +376,7 @@ class StageAgentSchema(Schema):
     name: Text
     # TARSy lets a stage agent restate its agent's type; it must agree (checked there).
     type: AgentType | None = None
-    skills: Texts | None = None  # skills (issue 21): accepted
+    skills: Texts | None = None  # None: every skill (config/skills.py)
     required_skills: Texts = ()
     llm_provider: Text | None = None
     llm_backend: Backend | None = None
@@ -709,15 +711,22 @@ class TarsyFile(Schema):
         return servers
 
     @model_validator(mode="after")
-    def _references(self) -> Self:
-        """The one check of what the parts of the file name of each other."""
+    def _references(self, info: ValidationInfo) -> Self:
+        """The one check of what the parts of the file name of each other, and (given
+        the config directory's skills as context) the skills they name."""
         problems = file_problems(self)
+        skills = (info.context or {}).get("skills")
+        if skills is not None:
+            problems += skill_problems(self, skills)
         if problems:
             fail_at(problems)
         return self
 
     def to_config(
-        self, source: str, providers: dict[str, FileProvider] | None = None
+        self,
+        source: str,
+        providers: dict[str, FileProvider] | None = None,
+        skills: dict[str, Skill] | None = None,
     ) -> TarsyConfig:
         defaults = self.defaults.build()
         agents = {name: agent.build_named(name) for name, agent in self.agents.items()}
@@ -739,8 +748,10 @@ class TarsyFile(Schema):
             system=self.system.build(),
             llm_providers=providers or {},
             queue=self.queue.build(),
+            skills=skills or {},
             warnings=tuple(
-                f"{source}: {key_path(loc)}: {message}" for loc, message in file_warnings(self)
+                f"{source}: {key_path(loc)}: {message}"
+                for loc, message in file_warnings(self, skills or {})
             ),
         )
 

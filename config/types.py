@@ -142,7 +142,8 @@ class SubAgentRef:
     llm_provider: str | None = None
     llm_backend: str | None = None
     mcp_servers: tuple[str, ...] | None = None
-    skills: tuple[str, ...] | None = None  # skills (issue 21): kept, not used yet
+    # Added to the agent's own (TARSy: additive, where mcp_servers replace).
+    skills: tuple[str, ...] | None = None
     required_skills: tuple[str, ...] = ()
 
 
@@ -169,7 +170,8 @@ class AgentConfig:
     native_tools: tuple[str, ...] | None = None
     native_tool_switches: dict[str, bool] | None = None
     orchestrator: OrchestratorConfig | None = None
-    # Skills (issue 21): accepted and kept; None: every skill.
+    # Skills it may load on demand (None: every skill; empty: none) and skills whose
+    # text is in its prompt from the start.
     skills: tuple[str, ...] | None = None
     required_skills: tuple[str, ...] = ()
 
@@ -178,7 +180,7 @@ class AgentConfig:
 class StageAgentConfig:
     name: str
     type: str | None = None  # TARSy's restatement of the agent's type (checked to agree)
-    skills: tuple[str, ...] | None = None  # skills (issue 21): kept, not used yet
+    skills: tuple[str, ...] | None = None  # added to the agent's own
     required_skills: tuple[str, ...] = ()
     llm_provider: str | None = None
     llm_backend: str | None = None
@@ -375,6 +377,15 @@ QUEUE_NOT_APPLIED = {
 
 
 @dataclass(frozen=True)
+class Skill:
+    """A SKILL.md of the config directory's ``skills/`` (config/skills.py)."""
+
+    name: str
+    description: str
+    body: str
+
+
+@dataclass(frozen=True)
 class TarsyConfig:
     source: str
     defaults: Defaults
@@ -386,6 +397,8 @@ class TarsyConfig:
     # llm-providers.yaml's providers over TARSy's built-in ones, by name.
     llm_providers: dict[str, FileProvider] = field(default_factory=dict)
     queue: QueueConfig = field(default_factory=QueueConfig)
+    # The config directory's skills/, by name.
+    skills: dict[str, Skill] = field(default_factory=dict)
     # What loads but may not do what was meant (``<file>: <key>: <why>``), for
     # ``manage.py check`` and the System page.
     warnings: tuple[str, ...] = ()

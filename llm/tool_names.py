@@ -20,10 +20,11 @@ def tool_name_from_api(name: str) -> str:
 
 
 def tool_parts(name: str) -> tuple[str, str]:
-    """``"kubernetes.get_pods"`` → ``("kubernetes", "get_pods")``; a name without a server
-    part gives ``(name, "")``. Every place that takes a canonical name apart uses this."""
-    server, _, tool = name.partition(".")
-    return server, tool
+    """``"kubernetes.get_pods"`` → ``("kubernetes", "get_pods")``; a built-in tool of no
+    server (``load_skill``) gives ``("", "load_skill")``, as TARSy records it. Every place
+    that takes a canonical name apart uses this."""
+    server, dot, tool = name.partition(".")
+    return (server, tool) if dot else ("", name)
 
 
 def split_tool_name(name: str) -> tuple[str, str]:

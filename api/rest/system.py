@@ -15,7 +15,7 @@ from ninja import Router
 
 from api.rest import schemas
 from api.rest import system_config as config_view
-from api.rest.common import iso, respond
+from api.rest.common import ApiRejected, iso, respond
 from config.loader import get_config
 from live.relay import relay_health
 from sessions import runbooks, selectors
@@ -89,6 +89,18 @@ def system_config(request: HttpRequest) -> JsonResponse:
     """The configuration in use (built-ins merged, templates expanded), as TARSy's
     config viewer reads it: an allowlist of keys, secrets only as names or flags."""
     return respond(config_view.system_config(get_config()))
+
+
+@router.get(
+    "/system/config/skills/{name}",
+    response={200: dict[str, Any], 401: schemas.Error, 404: schemas.Error},
+)
+def system_config_skill(request: HttpRequest, name: str) -> JsonResponse:
+    """One skill of the config directory's skills/, with its text."""
+    skill = config_view.skill_detail(get_config(), name)
+    if skill is None:
+        raise ApiRejected("skill not found", 404)
+    return respond(skill)
 
 
 @router.get("/system/default-tools", response={200: dict[str, Any], 401: schemas.Error})

@@ -364,8 +364,19 @@ def system_config(config: TarsyConfig) -> dict[str, Any]:
         "chains": _sorted({chain_id: _chain(c) for chain_id, c in config.chains.items()}),
         "mcp_servers": _sorted({sid: _server(s) for sid, s in config.mcp_servers.items()}),
         "llm_providers": _sorted(providers),
-        "skills": {},  # skills come with issue 21
+        # Each skill's name and description; its text is /system/config/skills/{name}.
+        "skills": {
+            name: {"name": skill.name, "description": skill.description}
+            for name, skill in sorted(config.skills.items())
+        },
     }
+
+
+def skill_detail(config: TarsyConfig, name: str) -> dict[str, Any] | None:
+    skill = config.skills.get(name)
+    if skill is None:
+        return None
+    return {"name": skill.name, "description": skill.description, "body": skill.body}
 
 
 def _named_providers(config: TarsyConfig) -> set[str]:

@@ -274,6 +274,7 @@ class TimelineEventType(models.TextChoices):
     EXECUTIVE_SUMMARY = "executive_summary"
     PROVIDER_FALLBACK = "provider_fallback"
     TASK_ASSIGNED = "task_assigned"  # what a dispatched sub-agent was asked to do
+    SKILL_LOADED = "skill_loaded"  # a skill's text in the agent's prompt from the start
     WARNING = "warning"  # something went wrong around the investigation, which went on
 
 
