@@ -212,6 +212,7 @@ def _item_text(item: TimelineEvent) -> str:
         TimelineEventType.MCP_TOOL_SUMMARY: "Summary of the last tool result",
         TimelineEventType.ERROR: "Error",
         TimelineEventType.TASK_ASSIGNED: "Task from the dispatching agent",
+        TimelineEventType.SKILL_LOADED: "Skill in its prompt",
     }
     return f"{labels.get(item.event_type, item.event_type)}: {item.content}"
 

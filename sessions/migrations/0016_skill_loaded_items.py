@@ -4,15 +4,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('alert_sessions', '0015_task_assigned_items'),
+        ("alert_sessions", "0015_task_assigned_items"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='timelineevent',
-            name='event_type',
-            field=models.CharField(choices=[('llm_thinking', 'Llm Thinking'), ('llm_response', 'Llm Response'), ('llm_tool_call', 'Llm Tool Call'), ('mcp_tool_summary', 'Mcp Tool Summary'), ('code_execution', 'Code Execution'), ('error', 'Error'), ('user_question', 'User Question'), ('final_analysis', 'Final Analysis'), ('executive_summary', 'Executive Summary'), ('provider_fallback', 'Provider Fallback'), ('task_assigned', 'Task Assigned'), ('skill_loaded', 'Skill Loaded'), ('warning', 'Warning')], max_length=30),
+            model_name="timelineevent",
+            name="event_type",
+            field=models.CharField(
+                choices=[
+                    ("llm_thinking", "Llm Thinking"),
+                    ("llm_response", "Llm Response"),
+                    ("llm_tool_call", "Llm Tool Call"),
+                    ("mcp_tool_summary", "Mcp Tool Summary"),
+                    ("code_execution", "Code Execution"),
+                    ("error", "Error"),
+                    ("user_question", "User Question"),
+                    ("final_analysis", "Final Analysis"),
+                    ("executive_summary", "Executive Summary"),
+                    ("provider_fallback", "Provider Fallback"),
+                    ("task_assigned", "Task Assigned"),
+                    ("skill_loaded", "Skill Loaded"),
+                    ("warning", "Warning"),
+                ],
+                max_length=30,
+            ),
         ),
     ]

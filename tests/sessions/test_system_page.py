@@ -262,3 +262,15 @@ def test_the_effective_configuration_masks_planted_secrets(
 )
 def test_which_keys_hold_secrets(key, secret):
     assert looks_secret(key) is secret
+
+
+def test_the_skills_are_listed_with_their_text(browser_client, ready, tarsy_config, tmp_path):
+    assert "None: put <code>SKILL.md</code> files" in page_of(browser_client)
+    (tmp_path / "skills" / "dns").mkdir(parents=True)
+    (tmp_path / "skills" / "dns" / "SKILL.md").write_text(
+        "---\nname: dns\ndescription: Resolving names.\n---\n# DNS\n\nUse `dig`.\n"
+    )
+    tarsy_config(lambda config: None)
+    page = page_of(browser_client)
+    assert "<code>dns</code> — Resolving names." in page
+    assert "<code>dig</code>" in page  # the body, as markdown

@@ -85,8 +85,10 @@ def session_new(request: HttpRequest) -> HttpResponse:
 
 
 def system(request: HttpRequest) -> HttpResponse:
-    status = system_status(get_config())
-    return render(request, "sessions/system.html", {"status": status})
+    config = get_config()
+    status = system_status(config)
+    skills = [config.skills[name] for name in sorted(config.skills)]
+    return render(request, "sessions/system.html", {"status": status, "skills": skills})
 
 
 def session_detail(request: HttpRequest, session_id) -> HttpResponse:
