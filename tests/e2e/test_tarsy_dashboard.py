@@ -6,11 +6,9 @@ texts and token counts, at the Gemini wire: scenarios/dashboard/llm_script.json)
 the REST endpoints TARSy's dashboard calls are asked what TARSy's test asks them: health,
 the session list (pagination, status/search/chain/alert-type filters, sorting), active
 sessions, a session's detail, summary and status, filter options, system warnings, MCP
-servers, default tools, the sanitised configuration and the alert types.
-
-Not replayed: TARSy's skill assertions (``skills`` in the configuration snapshot,
-SystemConfigSkillDetail, SystemConfigSkillNotFound) come with the skills feature of
-another issue.
+servers, default tools, the sanitised configuration (its skills included: the
+configuration's skills/example-skill, SystemConfigSkillDetail, SystemConfigSkillNotFound)
+and the alert types.
 """
 
 from __future__ import annotations
@@ -292,18 +290,16 @@ def test_the_filter_options_reflect_the_database(dashboard):
 # TARSy's harness runs no MCP health monitor: its warnings and MCP server list are empty.
 # Ours run the workers' health checks, and this configuration's two servers are dummies
 # (a token for a command, a host on example.com): both are listed unhealthy and warned
-# of; and the agents' ``skills`` key, accepted with no effect yet, is a config warning.
+# of. The configuration itself warns of nothing (SimpleAgent's ``skills: []`` is valid).
 CONFIGURED_SERVERS = ["http-probe-server", "kubernetes-server"]
 
 
-def test_the_system_warnings_are_only_the_dummy_servers_and_skills(dashboard):
+def test_the_system_warnings_are_only_the_dummy_servers(dashboard):
     warnings = dashboard.run.get("/system/warnings")["warnings"]
     by_category: dict[str, list[str]] = {}
     for warning in warnings:
         by_category.setdefault(warning["category"], []).append(warning["message"])
-    assert sorted(by_category) == ["config", "mcp_server"], warnings
-    [config] = by_category["config"]
-    assert "agents.SimpleAgent.skills: accepted" in config
+    assert sorted(by_category) == ["mcp_server"], warnings
     servers = sorted(m.split("'")[1] for m in by_category["mcp_server"])
     assert servers == CONFIGURED_SERVERS
 
@@ -355,8 +351,29 @@ def test_the_configuration_snapshot_is_sanitised_as_tarsy(dashboard):
     provider = config["llm_providers"]["test-provider"]
     assert provider["base_url"] == dashboard.run.tarsy.env["TARSY_GOOGLE_BASE_URL"]
     assert isinstance(config["queue"]["poll_interval"], str)  # a duration string
-    # TARSy's ``skills`` snapshot (no skill body, each named) is not asserted: skills come
-    # with another issue.
+    # The configuration's skills, each named, none with its text.
+    skills = config["skills"]
+    assert isinstance(skills, dict)
+    assert "example-skill" in skills
+    for name, skill in skills.items():
+        assert isinstance(skill, dict), name
+        assert "body" not in skill, name
+        assert skill["name"] == name
+
+
+def test_a_skill_of_the_configuration_is_shown_with_its_text(dashboard):
+    skill = dashboard.run.get("/system/config/skills/example-skill")
+    assert skill["name"] == "example-skill"
+    assert skill["description"] == "Example skill for config viewer e2e coverage."
+    assert isinstance(skill["body"], str)
+    assert "E2E_SENTINEL_SKILL_BODY" in skill["body"]
+
+
+def test_a_skill_the_configuration_lacks_is_not_found(dashboard):
+    answer = dashboard.run.call(
+        "GET", "/system/config/skills/definitely-missing-skill", expect=(404,)
+    )
+    assert answer  # an error body
 
 
 def test_the_alert_types_come_from_the_configuration(dashboard):
