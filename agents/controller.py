@@ -65,6 +65,16 @@ class ToolExecutor(Protocol):
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResultLike: ...
 
 
+class NoTools:
+    """The tools of a model call that is offered none (scoring, reflection)."""
+
+    async def list_tools(self) -> list[ToolDefinition]:
+        return []
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResultLike:
+        raise NotImplementedError(f"{name}: this call is offered no tools")
+
+
 @dataclass
 class LLMTurn:
     text: str = ""

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import DatabaseError
 
+from agents.memory import session_memories
 from agents.recorder import db, forget_streams, save_streams
 from agents.runs import RunControl, SessionRun
 from agents.stages import (
@@ -339,6 +340,7 @@ async def _run_chain(
         # After the stages of a run interrupted by its worker's shutdown, if any.
         next_stage_index=session.first_stage_index,
         runbook=await session_runbook(session, lease, config),
+        memories=await session_memories(session, lease, config),
     )
     previous, analysis = "", ""
     for stage_config in chain.stages:

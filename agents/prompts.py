@@ -101,8 +101,10 @@ def system_prompt(
     servers: Sequence[MCPServerConfig] = (),
     sub_agents: Sequence[AgentConfig] = (),
     skills: Sequence[str] = (),
+    memories: str = "",
 ) -> str:
-    """``skills``: the sections of agents/skills.py, after the tools' instructions."""
+    """``skills``: the sections of agents/skills.py, after the tools' instructions;
+    ``memories``: agents/memory.py's lessons, last (TARSy's tier 4)."""
     parts = [PREAMBLE.format(agent=agent_name)]
     if agent_type == ACTION:
         parts.append(ACTION_PREAMBLE)
@@ -116,6 +118,8 @@ def system_prompt(
     parts += skills
     if sub_agents:
         parts.append(orchestration_section(sub_agents))
+    if memories:
+        parts.append(memories)
     return "\n\n".join(parts)
 
 

@@ -20,6 +20,7 @@ from agents.controller import (
     SubAgents,
     ToolExecutor,
 )
+from agents.memory import SessionMemories, record_injection, remembers
 from agents.recorder import Recorder, db
 from agents.resolver import ResolvedAgent
 from agents.skills import AgentSkills, WithSkills, agent_skills
@@ -84,6 +85,8 @@ class SessionRun:
     control: RunControl = field(default_factory=RunControl)
     next_stage_index: int = 0
     runbook: str = ""  # resolved when the session starts (sessions/runbooks.py)
+    # Lessons of past investigations, recalled when the session starts (agents/memory.py).
+    memories: SessionMemories = field(default_factory=SessionMemories)
 
     def stage_index(self) -> int:
         index = self.next_stage_index
@@ -182,6 +185,10 @@ async def _execute(
         await recorder.add_item(
             TimelineEventType.SKILL_LOADED, skill.body, metadata={"skill_name": skill.name}
         )
+    if run.memories.recalled and remembers(
+        agent, dispatched=execution.parent_execution_id is not None
+    ):
+        await record_injection(recorder, run.memories)
     try:
         async with ToolBox(
             agent.servers,

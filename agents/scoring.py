@@ -19,10 +19,10 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from agents.controller import AgentRun, SingleShotController, _describe
+from agents.controller import AgentRun, NoTools, SingleShotController, _describe
 from agents.executor import LEASE_LOST, Stop, run_leased
+from agents.memory import reflect
 from agents.prompts import (
     SCORING_CORRECTION,
     SCORING_EVALUATION_REQUEST,
@@ -361,7 +361,7 @@ async def _score(lease: ScoreLease, stop: Stop, control: RunControl) -> str:
                 settings=agent.settings,
                 choice=agent.choice,
                 fallbacks=list(agent.fallbacks),
-                tools=_NoTools(),
+                tools=NoTools(),
                 recorder=recorder,
                 messages=scoring_messages(instructions, investigation),
                 cost=get_config().cost_estimation,
@@ -372,6 +372,23 @@ async def _score(lease: ScoreLease, stop: Stop, control: RunControl) -> str:
     except Exception as exc:
         logger.exception("score %s crashed", lease.score_id)
         outcome = Scoring(error=f"Internal error: {type(exc).__name__}: {exc}")
+    config = get_config()
+    if outcome.answer is not None and config.defaults.memory.enabled:
+        # What the session teaches, on the scoring execution (before it closes).
+        try:
+            await reflect(
+                config=config,
+                session=session,
+                lease=lease,
+                agent=agent,
+                recorder=recorder,
+                investigation=investigation,
+                score=f"Score: {outcome.answer.score}/100\n\n{outcome.answer.analysis}",
+            )
+        except LeaseLost:
+            raise
+        except Exception:  # a reflection never fails the score
+            logger.exception("score %s: the reflection failed", lease.score_id)
     if outcome.answer is None:
         await db(score_services.score_fail)(
             lease=lease,
@@ -393,11 +410,3 @@ async def _score(lease: ScoreLease, stop: Stop, control: RunControl) -> str:
         ),
     )
     return ScoreStatus.COMPLETED
-
-
-class _NoTools:
-    async def list_tools(self) -> list:
-        return []
-
-    async def call_tool(self, name: str, arguments: dict[str, Any]):
-        raise NotImplementedError("a scoring run calls no tools")

@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass
 
 from agents.controller import IteratingController, SingleShotController
+from agents.memory import remembers
 from agents.prompts import (
     Finding,
     exec_summary_messages,
@@ -232,7 +233,7 @@ def _sub_agent_runner(run: SessionRun, agent: ResolvedAgent, stage: Stage):
 
             def messages(a: ResolvedAgent):
                 return sub_agent_messages(
-                    system=_system(run, a),
+                    system=_system(run, a, dispatched=True),
                     alert_type=run.session.alert_type,
                     alert_data=run.session.alert_data,
                     task=task,
@@ -264,7 +265,8 @@ async def _resolve(run: SessionRun, settings: AgentSettings) -> ResolvedAgent:
         raise SessionFailure(str(problem)) from None
 
 
-def _system(run: SessionRun, agent: ResolvedAgent) -> str:
+def _system(run: SessionRun, agent: ResolvedAgent, *, dispatched: bool = False) -> str:
+    """``dispatched``: a sub-agent's (no lessons of past investigations: its task is narrow)."""
     return system_prompt(
         agent_name=agent.name,
         agent_type=agent.settings.type,
@@ -272,6 +274,7 @@ def _system(run: SessionRun, agent: ResolvedAgent) -> str:
         servers=list(agent.servers.values()),
         sub_agents=sub_agent_catalog(run.config, agent.settings),
         skills=skill_sections(agent_skills(run.config, agent.settings)),
+        memories=run.memories.section if remembers(agent, dispatched=dispatched) else "",
     )
 
 

@@ -77,10 +77,12 @@ from config.types import (
     CustomPattern,
     DataMasking,
     Defaults,
+    EmbeddingConfig,
     FallbackProvider,
     FileProvider,
     HttpTransport,
     MCPServerConfig,
+    MemoryConfig,
     ModelRate,
     OrchestratorConfig,
     QueueConfig,
@@ -501,6 +503,7 @@ class AlertMaskingSchema(Schema):
 
 
 class EmbeddingSchema(Schema):
+    target = EmbeddingConfig
     provider: Text = ""
     model: Text = ""
     api_key_env: Text = ""
@@ -509,12 +512,23 @@ class EmbeddingSchema(Schema):
 
 
 class MemorySchema(Schema):
-    """TARSy's investigation memory (issue 21): read and validated, not used yet."""
+    """TARSy's investigation memory (config/types.py MemoryConfig)."""
 
+    target = MemoryConfig
     enabled: Flag = False
     max_inject: PositiveInt | None = None
     reflector_memory_limit: PositiveInt | None = None
     embedding: EmbeddingSchema = EmbeddingSchema()
+
+    def build(self) -> MemoryConfig:
+        # TARSy's 0 (unset) means its default.
+        return MemoryConfig(
+            enabled=self.enabled,
+            max_inject=self.max_inject or MemoryConfig.max_inject,
+            reflector_memory_limit=self.reflector_memory_limit
+            or MemoryConfig.reflector_memory_limit,
+            embedding=self.embedding.build(),
+        )
 
 
 class DefaultsSchema(Schema):
@@ -544,6 +558,7 @@ class DefaultsSchema(Schema):
             ),
             summarization_provider=self.summarization.llm_provider,
             summarization_backend=self.summarization.llm_backend,
+            memory=self.memory.build() if self.memory is not None else MemoryConfig(),
         )
 
 

@@ -260,6 +260,29 @@ class AlertMasking:
 
 
 @dataclass(frozen=True)
+class EmbeddingConfig:
+    """TARSy's ``defaults.memory.embedding``: a provider's embedding model. Not reached
+    yet: the local embedder (llm/embeddings.py) serves, and the check says so."""
+
+    provider: str = ""
+    model: str = ""
+    api_key_env: str = ""
+    dimensions: int | None = None
+    base_url: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """TARSy's ``defaults.memory`` (ADR-0014): lessons distilled after scoring, recalled
+    into later investigations."""
+
+    enabled: bool = False
+    max_inject: int = 5  # lessons put into an investigation's prompt, at most
+    reflector_memory_limit: int = 20  # existing lessons the Reflector compares with
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+
+
+@dataclass(frozen=True)
 class Defaults:
     alert_type: str = "kubernetes"
     max_iterations: int = 20
@@ -279,6 +302,7 @@ class Defaults:
     # ``defaults.scoring``); its ``enabled`` turns scoring on for them.
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     alert_masking: AlertMasking = field(default_factory=AlertMasking)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
 
 
 @dataclass(frozen=True)

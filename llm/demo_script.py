@@ -91,6 +91,7 @@ INVESTIGATION_TO_SUMMARISE = "## Investigation to summarise"
 TOOL_OUTPUT_TO_SUMMARISE = "## Tool output to summarise"
 INVESTIGATION_TO_SCORE = "## Investigation to score"
 TOOL_REPORT_REQUEST = "## Tool report"
+INVESTIGATION_TO_LEARN_FROM = "## Investigation to learn from"
 # Heads the question in a follow-up chat's prompt (agents/chat.py).
 CHAT_QUESTION = "## Follow-up question"
 
@@ -249,6 +250,8 @@ def single_shot_turn(request: GenerateRequest) -> ScriptTurn | None:
     if request.tools:
         return None
     prompt = next((m.content for m in reversed(request.messages) if m.role == Role.USER), "")
+    if INVESTIGATION_TO_LEARN_FROM in prompt:
+        return _reflection(prompt)
     if TOOL_REPORT_REQUEST in prompt or INVESTIGATION_TO_SCORE in prompt:
         return _scoring(request, report=TOOL_REPORT_REQUEST in prompt)
     if FINDINGS_TO_MERGE in prompt:
@@ -258,6 +261,36 @@ def single_shot_turn(request: GenerateRequest) -> ScriptTurn | None:
     if TOOL_OUTPUT_TO_SUMMARISE in prompt:
         return _tool_summary(prompt.split(TOOL_OUTPUT_TO_SUMMARISE, 1)[1])
     return None
+
+
+def _reflection(prompt: str) -> ScriptTurn:
+    """The demo's memory Reflector: it confirms the first similar lesson it is shown, or
+    else keeps one lesson: the alert's first line, and the analysis's first sentence."""
+    known = re.findall(r"^- memory_id (\S+) \[", prompt, re.M)
+    if known:
+        answer: dict[str, Any] = {"create": [], "reinforce": [{"memory_id": known[0]}]}
+        return ScriptTurn(text=json.dumps(answer))
+    alert = prompt.partition("### Alert\n\n")[2].strip().splitlines()
+    kind = alert[0].removeprefix("Type: ").strip() if alert else "unknown"
+    first = next((line.strip() for line in alert[1:] if line.strip()), "")[:160]
+    analysis = prompt.partition("### Final analysis of the session\n\n")[2]
+    analysis = analysis.partition("\n### ")[0]
+    sentence = next(
+        (
+            s.strip()
+            for s in re.split(r"(?<=[.!?])\s+", re.sub(r"[#*`]", "", analysis))
+            if s.strip()
+        ),
+        "",
+    )[:300]
+    if not sentence:
+        return ScriptTurn(text=json.dumps({"create": []}))
+    lesson = {
+        "content": f"For a {kind} alert like '{first}': {sentence}",
+        "category": "episodic",
+        "valence": "positive",
+    }
+    return ScriptTurn(text=json.dumps({"create": [lesson]}))
 
 
 def _tool_summary(output: str) -> ScriptTurn:

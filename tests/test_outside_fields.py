@@ -141,6 +141,15 @@ FIELDS: dict[str, Source] = {
     f"{S}.AlertSession.action_taken": outside("sessions.services.review._steps"),
     f"{S}.AlertSession.investigation_feedback": outside("sessions.services.review._steps"),
     f"{S}.AlertSession.feedback_edited_by": WHO,
+    f"{S}.InvestigationMemory.content": model(
+        "a Reflector's lesson, masked again where it is kept (services.memory.memory_create)"
+    ),
+    f"{S}.InvestigationMemory.category": internal("one of MemoryCategory, checked"),
+    f"{S}.InvestigationMemory.valence": internal("one of MemoryValence, checked"),
+    f"{S}.InvestigationMemory.project": internal("our project name"),
+    f"{S}.InvestigationMemory.alert_type": internal("the source session's"),
+    f"{S}.InvestigationMemory.chain_id": internal("the source session's"),
+    f"{S}.InvestigationMemory.embedding_model": internal("our embedder's name"),
     f"{S}.Stage.name": internal("a stage of tarsy.yaml, or one of our fixed names"),
     f"{S}.Stage.stage_type": STATUS,
     f"{S}.Stage.parallel_type": STATUS,

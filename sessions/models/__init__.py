@@ -25,6 +25,13 @@ from sessions.models.interactions import (
     MCPInteraction,
     answer_message,
 )
+from sessions.models.memory import (
+    DEFAULT_PROJECT,
+    InjectedMemory,
+    InvestigationMemory,
+    MemoryCategory,
+    MemoryValence,
+)
 from sessions.models.operations import (
     ApiToken,
     MCPServerHealth,
@@ -51,6 +58,7 @@ from sessions.models.session import (
 )
 
 __all__ = [
+    "DEFAULT_PROJECT",
     "OPEN_CHAT_MESSAGE_STATUSES",
     "RUNNING_SESSION_STATUSES",
     "TERMINAL_SESSION_STATUSES",
@@ -61,9 +69,13 @@ __all__ = [
     "ChatMessage",
     "ChatMessageStatus",
     "ExecutionStatus",
+    "InjectedMemory",
+    "InvestigationMemory",
     "LLMInteraction",
     "MCPInteraction",
     "MCPServerHealth",
+    "MemoryCategory",
+    "MemoryValence",
     "Message",
     "MessageRole",
     "ParallelType",

@@ -275,6 +275,7 @@ class TimelineEventType(models.TextChoices):
     PROVIDER_FALLBACK = "provider_fallback"
     TASK_ASSIGNED = "task_assigned"  # what a dispatched sub-agent was asked to do
     SKILL_LOADED = "skill_loaded"  # a skill's text in the agent's prompt from the start
+    MEMORY_INJECTED = "memory_injected"  # lessons of past investigations in its prompt
     WARNING = "warning"  # something went wrong around the investigation, which went on
 
 

@@ -52,6 +52,15 @@ from sessions.services.lifecycle import (
     session_end,
     sessions_time_out_orphans,
 )
+from sessions.services.memory import (
+    MemoryRejected,
+    memories_injected,
+    memory_create,
+    memory_deprecate,
+    memory_reflection_apply,
+    memory_reinforce,
+    memory_review_rating,
+)
 from sessions.services.queue import (
     SessionNotQueued,
     event_log_prune,
@@ -119,6 +128,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "LeaseState",
+    "MemoryRejected",
     "NotCancellable",
     "NotScorable",
     "RecordedCall",
@@ -150,6 +160,12 @@ __all__ = [
     "llm_interaction_create",
     "mcp_interaction_create",
     "mcp_server_health_record",
+    "memories_injected",
+    "memory_create",
+    "memory_deprecate",
+    "memory_reflection_apply",
+    "memory_reinforce",
+    "memory_review_rating",
     "message_create",
     "review_apply",
     "reviews_apply",

@@ -28,6 +28,7 @@ from sessions.models import (
     SessionStatus,
 )
 from sessions.services.events import event_publish
+from sessions.services.memory import memory_review_rating
 
 # Per text field (action taken, feedback): a review note, not a document.
 REVIEW_TEXT_LIMIT = 20_000
@@ -193,6 +194,12 @@ def review_apply(
         raise ReviewNotFound() from None
     steps = [s for s in _steps(change, actor) if expected is None or s.from_status == expected]
     with transaction.atomic():
+        rated = (
+            AlertSession.objects.select_for_update()
+            .filter(id=session_id)
+            .values_list("quality_rating", flat=True)
+            .first()
+        )
         for step in steps:
             updated = AlertSession.objects.filter(
                 id=session_id, review_status=step.from_status
@@ -200,6 +207,8 @@ def review_apply(
             if updated:
                 session = AlertSession.objects.get(id=session_id)
                 _record(session, change.action, step, actor)
+                # The lessons the session taught are trusted as much as it now is.
+                memory_review_rating(session=session, old=rated or "", new=session.quality_rating)
                 return session
         if not AlertSession.objects.filter(id=session_id).exists():
             raise ReviewNotFound()

@@ -110,6 +110,10 @@ def session_detail(request: HttpRequest, session_id) -> HttpResponse:
             "cursor": cursor,
             "usage": selectors.session_usage(session),
             "uses_demo_provider": any(e.llm_backend == "scripted" for e in executions),
+            "injected_memories": session.injected_memories.select_related("memory").order_by(
+                "-score"
+            ),
+            "learned_memories": session.memories.order_by("created_at"),
         },
     )
 
