@@ -1,5 +1,10 @@
 """Investigation memory at run time (TARSy's ADR-0014; issue 21).
 
+- **Tools**: every iterating agent of a session with memory on (investigation, action,
+  chat, orchestrators and sub-agents) may call ``recall_past_investigations`` (lessons,
+  less those already in its prompt) and ``search_past_sessions`` (ended sessions whose
+  text has every word of the query: their alert, analysis, review and chat, bounded).
+
 - **Recall**: when a session starts, the lessons most like its alert (sessions/selectors/
   memory.py) go into its investigation agents' prompts, as hints wrapped as untrusted
   data, and each such agent's timeline says so (``memory_injected``). Chat, sub-agents,
@@ -17,21 +22,30 @@ import dataclasses
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
 
-from agents.controller import AgentRun, NoTools, SingleShotController
+from agents.controller import AgentRun, NoTools, SingleShotController, ToolExecutor
 from agents.recorder import Recorder, db
 from agents.resolver import ResolvedAgent
 from config.types import ACTION, INVESTIGATION, TarsyConfig
 from llm.demo_script import INVESTIGATION_TO_LEARN_FROM
 from llm.embeddings import Embedder, LocalHashingEmbedder
-from llm.types import ConversationMessage, Role
-from sessions import services
-from sessions.models import AlertSession, MemoryCategory, MemoryValence, TimelineEventType
+from llm.types import ConversationMessage, Role, ToolDefinition
+from sessions import search, services
+from sessions.models import (
+    AlertSession,
+    MemoryCategory,
+    MemoryValence,
+    SessionStatus,
+    StageType,
+    TimelineEvent,
+    TimelineEventType,
+)
 from sessions.selectors.memory import Recalled, recall, similar
 
 logger = logging.getLogger(__name__)
@@ -287,3 +301,160 @@ async def reflect(
         deprecate=reflection.deprecate,
     )
     return reflection
+
+
+# --- the tools -------------------------------------------------------------------------
+
+RECALL_TOOL = "recall_past_investigations"
+SEARCH_TOOL = "search_past_sessions"
+MEMORY_TOOLS = (RECALL_TOOL, SEARCH_TOOL)
+RECALL_LIMIT, RECALL_MAX = 10, 20
+SEARCH_LIMIT, SEARCH_MAX, SEARCH_DAYS = 5, 10, 30
+CHATS_PER_SESSION = 5
+# What of a past session's texts reaches the model (they were masked when stored).
+EXCERPT_CHARS = {"alert": 1000, "analysis": 2000, "feedback": 500, "chat": 500}
+
+MEMORY_TOOL_DEFINITIONS = (
+    ToolDefinition(
+        RECALL_TOOL,
+        "Recall generalized lessons from past investigations of this environment (facts, "
+        "what happened before, strategies and traps). It finds learnings, not particular "
+        "users, pods or namespaces. Lessons already in your instructions are left out.",
+        {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "what you want to know about"},
+                "limit": {"type": "integer", "description": f"at most {RECALL_MAX}"},
+            },
+            "required": ["query"],
+        },
+    ),
+    ToolDefinition(
+        SEARCH_TOOL,
+        "Search ended past sessions: each has every word of the query in its alert, "
+        "analysis or timeline. Pass identifiers (a service, pod, namespace, error code), "
+        "not sentences. Returns each session's alert, analysis, review and follow-up chat.",
+        {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "identifiers, space-separated"},
+                "alert_type": {"type": "string"},
+                "days_back": {"type": "integer", "description": f"default {SEARCH_DAYS}"},
+                "limit": {"type": "integer", "description": f"at most {SEARCH_MAX}"},
+            },
+            "required": ["query"],
+        },
+    ),
+)
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    content: str
+    is_error: bool = False
+    duration_ms: int = 0
+
+
+class WithMemory:
+    """An agent's tools plus the two memory tools (the outermost layer, as in TARSy)."""
+
+    def __init__(
+        self,
+        inner: ToolExecutor,
+        *,
+        config: TarsyConfig,
+        session: AlertSession,
+        injected: list[str],
+    ) -> None:
+        self.inner, self.config, self.session, self.injected = inner, config, session, injected
+
+    async def list_tools(self) -> list[ToolDefinition]:
+        tools = await self.inner.list_tools()
+        return [*MEMORY_TOOL_DEFINITIONS, *(t for t in tools if t.name not in MEMORY_TOOLS)]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]):
+        if name not in MEMORY_TOOLS:
+            return await self.inner.call_tool(name, arguments)
+        started = time.monotonic()
+        tool = self._recall if name == RECALL_TOOL else self._search
+        result = await db(tool)(arguments if isinstance(arguments, dict) else {})
+        return MemoryResult(
+            result.content, result.is_error, round((time.monotonic() - started) * 1000)
+        )
+
+    def _recall(self, arguments: dict[str, Any]) -> MemoryResult:
+        query = arguments.get("query")
+        if not isinstance(query, str) or not query.strip():
+            return MemoryResult("'query' is required and must be non-empty", True)
+        limit = _bounded(arguments.get("limit"), RECALL_LIMIT, RECALL_MAX)
+        found = recall(
+            memory_embedder(self.config), query, limit=limit, exclude=frozenset(self.injected)
+        )
+        if not found:
+            return MemoryResult("No lessons from past investigations match this query.")
+        return MemoryResult(
+            "<memory_data>\n"
+            + "\n".join(
+                f"- [{r.memory.category}, {r.memory.valence}, score: {r.similarity:.2f}] "
+                + r.memory.content.replace("</memory_data>", "</ memory_data>")
+                for r in found
+            )
+            + "\n</memory_data>\nThese are hints from past incidents, not facts about now."
+        )
+
+    def _search(self, arguments: dict[str, Any]) -> MemoryResult:
+        query = arguments.get("query")
+        if not isinstance(query, str) or not query.strip():
+            return MemoryResult("'query' is required and must be non-empty", True)
+        try:
+            parsed = search.Query.parse(query)
+        except search.SearchError as problem:
+            return MemoryResult(str(problem), True)
+        limit = _bounded(arguments.get("limit"), SEARCH_LIMIT, SEARCH_MAX)
+        days = _bounded(arguments.get("days_back"), SEARCH_DAYS, 3650)
+        sessions = AlertSession.objects.filter(
+            status=SessionStatus.COMPLETED,
+            created_at__gte=timezone.now() - timedelta(days=days),
+        ).exclude(id=self.session.id)
+        if isinstance(arguments.get("alert_type"), str) and arguments["alert_type"]:
+            sessions = sessions.filter(alert_type=arguments["alert_type"])
+        hits = list(search.matching(sessions, parsed).order_by("-created_at")[:limit])
+        if not hits:
+            return MemoryResult("No past session matches every word of this query.")
+        return MemoryResult("\n\n".join(_past_session(s) for s in hits))
+
+
+def _bounded(value: Any, default: int, most: int) -> int:
+    return min(value, most) if isinstance(value, int) and value > 0 else default
+
+
+def _past_session(session: AlertSession) -> str:
+    def cut(text: str, kind: str) -> str:
+        limit = EXCERPT_CHARS[kind]
+        return text if len(text) <= limit else text[:limit] + " […]"
+
+    parts = [
+        f"### Session {session.id} ({session.created_at:%Y-%m-%d}, {session.alert_type})",
+        f"Alert:\n{cut(session.alert_data, 'alert')}",
+        f"Analysis:\n{cut(session.final_analysis or '(none)', 'analysis')}",
+    ]
+    if session.quality_rating:
+        parts.append(f"Review: {session.quality_rating}")
+    if session.investigation_feedback:
+        parts.append(f"Reviewer's feedback: {cut(session.investigation_feedback, 'feedback')}")
+    answers = (
+        TimelineEvent.objects.filter(
+            session=session,
+            stage__stage_type=StageType.CHAT,
+            event_type__in=(TimelineEventType.USER_QUESTION, TimelineEventType.FINAL_ANALYSIS),
+        )
+        .order_by("sequence_number")
+        .values_list("event_type", "content")
+    )
+    turns = [
+        f"{'Q' if kind == TimelineEventType.USER_QUESTION else 'A'}: {cut(text, 'chat')}"
+        for kind, text in answers
+    ][: CHATS_PER_SESSION * 2]
+    if turns:
+        parts.append("Follow-up chat:\n" + "\n".join(turns))
+    return "\n".join(parts)

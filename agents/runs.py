@@ -20,7 +20,7 @@ from agents.controller import (
     SubAgents,
     ToolExecutor,
 )
-from agents.memory import SessionMemories, record_injection, remembers
+from agents.memory import SessionMemories, WithMemory, record_injection, remembers
 from agents.recorder import Recorder, db
 from agents.resolver import ResolvedAgent
 from agents.skills import AgentSkills, WithSkills, agent_skills
@@ -163,6 +163,13 @@ async def run_agent(
     return Outcome(recorder.execution, result)
 
 
+def _with_memory(run: SessionRun, agent: ResolvedAgent, tools: ToolExecutor) -> ToolExecutor:
+    """With memory on, every iterating agent may recall lessons and search past sessions."""
+    if not (run.config.defaults.memory.enabled and agent.settings.iterating):
+        return tools
+    return WithMemory(tools, config=run.config, session=run.session, injected=run.memories.ids)
+
+
 def _with_skills(tools: ToolExecutor, skills: AgentSkills) -> ToolExecutor:
     return WithSkills(tools, skills.on_demand) if skills.on_demand else tools
 
@@ -203,7 +210,11 @@ async def _execute(
                         choice=agent.choice,
                         fallbacks=list(agent.fallbacks),
                         cost=run.config.cost_estimation,
-                        tools=_with_skills(runner.tools(toolbox) if runner else toolbox, skills),
+                        tools=_with_memory(
+                            run,
+                            agent,
+                            _with_skills(runner.tools(toolbox) if runner else toolbox, skills),
+                        ),
                         recorder=recorder,
                         messages=messages(agent),
                         sub_agents=runner,

@@ -19,6 +19,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from agents.memory import MEMORY_TOOLS
 from config.schema import ORCHESTRATOR_SERVER
 from sessions.models import (
     AgentExecution,
@@ -216,9 +217,10 @@ def timeline_metadata(event_type: str, metadata: dict[str, Any]) -> dict[str, An
         if "arguments" in data and not isinstance(data["arguments"], str):
             data["arguments"] = json.dumps(data["arguments"], separators=(",", ":"))
         # TARSy's tool_type: "orchestrator" for the sub-agent tools (dispatch_agent…),
-        # "skill" for load_skill (a built-in tool of no server).
+        # "memory" for the memory tools, "skill" for load_skill (built-in, of no server).
         kinds = {ORCHESTRATOR_SERVER: "orchestrator", "": "skill"}
-        data.setdefault("tool_type", kinds.get(server, "mcp"))
+        kind = "memory" if not server and data.get("tool_name") in MEMORY_TOOLS else None
+        data.setdefault("tool_type", kind or kinds.get(server, "mcp"))
     elif event_type == TimelineEventType.PROVIDER_FALLBACK:
         renames = {
             "from_provider": "original_provider",

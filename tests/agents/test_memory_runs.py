@@ -89,6 +89,8 @@ def test_with_memory_off_nothing_is_recalled(scripted_provider):
     session = investigate(OOM_ALERT)
     assert "Lessons from Past Investigations" not in first_system_prompt(session)
     assert not InjectedMemory.objects.exists()
+    first = LLMInteraction.objects.filter(session=session, interaction_type="iteration").first()
+    assert "recall_past_investigations" not in first.tools  # nor the memory tools
 
 
 def test_a_lesson_cannot_close_its_data_block():
@@ -188,3 +190,38 @@ def test_reflections_are_read_leniently():
     assert parse_reflection(prose).deprecate == ["m2"]
     for garbage in ("no json here", "{broken", "[1, 2]", '{"create": "x"}'):
         assert parse_reflection(garbage).create == []
+
+
+def test_an_agent_recalls_lessons_and_searches_past_sessions(scripted_provider, memory_on):
+    given = remembered()  # like the alert: in the prompt, so not recalled again
+    other = remembered("orders-db slow queries came back after the nightly reindex job")
+    calls = [
+        {"name": "recall_past_investigations", "arguments": {"query": "orders-db slow queries"}},
+        {"name": "search_past_sessions", "arguments": {"query": "PodCrashLooping payments"}},
+        {"name": "search_past_sessions", "arguments": {"query": " "}},
+    ]
+    scripted_provider(
+        [{"text": "## Root cause\nThe config map of payments-api is broken."}],
+        agents={
+            "KubernetesAgent": {
+                "turns": [{"text": "Looking back.", "tool_calls": calls}, {"text": "Done."}]
+            }
+        },
+    )
+    past = investigate("alert: PodCrashLooping\nnamespace: payments", **DEEP)
+    session = investigate(OOM_ALERT)
+    items = TimelineEvent.objects.filter(session=session, event_type="llm_tool_call").order_by("id")
+    recalled, searched, empty = items
+    assert other.content in recalled.content
+    assert given.content not in recalled.content  # already in its prompt
+    assert f"### Session {past.id}" in searched.content
+    assert "The config map of payments-api is broken." in searched.content
+    assert (empty.status, empty.content) == (
+        "failed",
+        "'query' is required and must be non-empty",
+    )
+    from api.protocol import timeline_metadata
+
+    assert timeline_metadata("llm_tool_call", recalled.metadata)["tool_type"] == "memory"
+    first = LLMInteraction.objects.filter(session=session, interaction_type="iteration").first()
+    assert "recall_past_investigations" in first.tools
