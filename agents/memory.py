@@ -1,14 +1,13 @@
 """Investigation memory at run time (TARSy's ADR-0014; issue 21).
 
-- **Tools**: every iterating agent of a session with memory on (investigation, action,
-  chat, orchestrators and sub-agents) may call ``recall_past_investigations`` (lessons,
-  less those already in its prompt) and ``search_past_sessions`` (ended sessions whose
-  text has every word of the query: their alert, analysis, review and chat, bounded).
-
 - **Recall**: when a session starts, the lessons most like its alert (sessions/selectors/
   memory.py) go into its investigation agents' prompts, as hints wrapped as untrusted
   data, and each such agent's timeline says so (``memory_injected``). Chat, sub-agents,
   synthesis, the executive summary and scoring get none.
+- **Tools**: every iterating agent of a session with memory on (investigation, action,
+  chat, orchestrators and sub-agents) may call ``recall_past_investigations`` (lessons,
+  less those already in its prompt) and ``search_past_sessions`` (ended sessions whose
+  text has every word of the query: their alert, analysis, review and chat, bounded).
 - **Reflection**: after a session is scored, the scoring model is asked, in a
   conversation of its own on the scoring execution (``memory_extraction``), what the
   session teaches: 0-3 new lessons, and which of the similar ones it was shown it
@@ -137,7 +136,8 @@ async def record_injection(recorder: Recorder, memories: SessionMemories) -> Non
     """The agent's timeline: which lessons its prompt carries."""
     await recorder.add_item(
         TimelineEventType.MEMORY_INJECTED,
-        f"{len(memories.recalled)} lessons from past investigations are in this agent's prompt",
+        f"{len(memories.recalled)} lesson{'s' if len(memories.recalled) > 1 else ''} from past "
+        "investigations in this agent's prompt",
         metadata={"count": len(memories.recalled), "memory_ids": memories.ids},
     )
 
@@ -392,10 +392,12 @@ class WithMemory:
         )
         if not found:
             return MemoryResult("No lessons from past investigations match this query.")
+        now = timezone.now()
         return MemoryResult(
             "<memory_data>\n"
             + "\n".join(
-                f"- [{r.memory.category}, {r.memory.valence}, score: {r.similarity:.2f}] "
+                f"- [{r.memory.category}, {r.memory.valence}, score: {r.similarity:.2f}, "
+                f"learned {_ago(now - r.memory.created_at)}] "
                 + r.memory.content.replace("</memory_data>", "</ memory_data>")
                 for r in found
             )
