@@ -26,6 +26,7 @@ from sessions.models import (
     MemoryCategory,
     MemoryValence,
 )
+from sessions.services.memory import MAX_LESSON_CHARS
 
 router = Router(tags=["memories"])
 
@@ -129,6 +130,8 @@ def memory_update(request: HttpRequest, memory_id: UUID) -> JsonResponse:
         if not isinstance(content, str) or not content.strip():
             raise ApiRejected("content must be non-empty text")
         content = mask_text(content.strip())
+        if len(content) > MAX_LESSON_CHARS:
+            raise ApiRejected(f"content is over {MAX_LESSON_CHARS} characters; a lesson is short")
         if content != memory.content:
             embedder = memory_embedder(get_config())
             memory.content = content

@@ -31,6 +31,8 @@ from sessions.models import DEFAULT_PROJECT, InvestigationMemory
 RRF_K = 60
 DECAY_PER_DAY = 0.0077  # ≈ ln 2 / 90
 BM25_K1, BM25_B = 1.2, 0.75
+# What of a query is compared: an alert may be 1 MB; its head says what it is about.
+QUERY_CHARS = 20_000
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ def recall(
     """The ``limit`` memories best matching ``text``, best first; none for an empty text."""
     if not text.strip() or limit <= 0:
         return []
+    text = text[:QUERY_CHARS]
     store = _store(embedder, project)
     if not store.ids:
         return []
@@ -87,7 +90,7 @@ def similar(
     store = _store(embedder, project)
     if not store.ids or not text.strip():
         return []
-    similarity = store.matrix @ embedder.embed([text], "query")[0]
+    similarity = store.matrix @ embedder.embed([text[:QUERY_CHARS]], "query")[0]
     now_ts = timezone.now().timestamp()
     decay = np.exp(-DECAY_PER_DAY * np.maximum(0.0, (now_ts - store.updated) / 86400))
     value = similarity * decay

@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 NEW_CONFIDENCE = 0.7  # a Reflector's lesson
 FEEDBACK_CONFIDENCE = 0.9  # a lesson from an SRE's feedback
 REINFORCE = 1.1
+# A lesson is a sentence to a short paragraph; a longer one would crowd the prompts it
+# goes into.
+MAX_LESSON_CHARS = 2000
 
 # A rating's factor on the confidence of the session's lessons (``inaccurate``
 # deprecates them instead); dividing by it takes it back (approximate where capped).
@@ -62,6 +65,8 @@ def memory_create(
     content = mask_text(content.strip())
     if not content:
         raise MemoryRejected("content is empty")
+    if len(content) > MAX_LESSON_CHARS:
+        raise MemoryRejected(f"content is over {MAX_LESSON_CHARS} characters; a lesson is short")
     vector = embedder.embed([content], "document")[0]
     now = timezone.now()
     return InvestigationMemory.objects.create(

@@ -136,6 +136,8 @@ def test_a_lesson_is_masked_before_it_is_stored_or_embedded():
     token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0" * 2
     memory = make(LocalHashingEmbedder(), f"Use the token {token} for the registry")
     assert token not in memory.content
+    with pytest.raises(MemoryRejected, match="over 2000 characters"):
+        make(LocalHashingEmbedder(), "x" * 2001)
     with pytest.raises(MemoryRejected, match="category"):
         memory_create(
             embedder=LocalHashingEmbedder(), content="x", category="lore", valence="positive"

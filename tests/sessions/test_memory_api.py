@@ -108,6 +108,7 @@ def test_only_staff_edit_and_new_content_is_masked_and_embedded_again(api, user)
     assert (from_blobs([bytes(memory.embedding)], 768) == expected).all()
     assert api("patch", f"/memories/{memory.id}", {"category": "lore"}).status_code == 400
     assert api("patch", f"/memories/{memory.id}", {"owner": "x"}).status_code == 400
+    assert api("patch", f"/memories/{memory.id}", {"content": "x" * 2001}).status_code == 400
     assert api("delete", f"/memories/{memory.id}").status_code == 204
     missing = api("get", f"/memories/{memory.id}")
     assert (missing.status_code, missing.json()["error"]) == (404, "memory not found")
