@@ -651,5 +651,14 @@ def normalized(html: str) -> str:
     live lacks (htmx sends the token as a header)."""
     html = re.sub(r'\s(hx-swap-oob|data-upsert-into|data-upsert-position)="[^"]*"', "", html)
     html = re.sub(r'<input type="hidden" name="csrfmiddlewaretoken"[^>]*>', "", html)
-    html = re.sub(r'\sclass="([^"]*?)\s*htmx-[\w-]+"', r' class="\1"', html)
+    # Every htmx-* class (htmx-added and htmx-settling are both there while a swap
+    # settles, which a loaded machine catches); an attribute left empty goes too.
+    html = re.sub(r'\sclass="([^"]*)"', _without_htmx_classes, html)
     return re.sub(r">\s+<", "><", html).strip()
+
+
+def _without_htmx_classes(match: re.Match[str]) -> str:
+    if "htmx-" not in match.group(1):
+        return match.group(0)
+    kept = [name for name in match.group(1).split() if not name.startswith("htmx-")]
+    return f' class="{" ".join(kept)}"' if kept else ""
