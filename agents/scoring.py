@@ -375,6 +375,7 @@ async def _score(lease: ScoreLease, stop: Stop, control: RunControl) -> str:
     config = get_config()
     if outcome.answer is not None and config.defaults.memory.enabled:
         # What the session teaches, on the scoring execution (before it closes).
+        await db(score_services.score_memorizing)(lease=lease)
         try:
             await reflect(
                 config=config,

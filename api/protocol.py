@@ -65,6 +65,7 @@ _SCORING_STATUSES: dict[str, str] = {
     ScoreStatus.FAILED: "failed",
     ScoreStatus.TIMED_OUT: "failed",
     ScoreStatus.CANCELLED: "failed",
+    "memorizing": "memorizing",  # the score is in; its lessons are being drawn
 }
 
 

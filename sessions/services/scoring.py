@@ -196,6 +196,18 @@ class ScoreResult:
     error_message: str = ""
 
 
+def score_memorizing(*, lease: ScoreLease) -> None:
+    """The score is known and the session's lessons are being drawn from it: TARSy's
+    ``memorizing`` (a live event only; the score's row stays in progress)."""
+    with transaction.atomic():
+        hold(lease)
+        event_publish(
+            session_id=lease.session_id,
+            type=SessionEventType.SCORE_UPDATED,
+            payload={"score_id": str(lease.score_id), "scoring_status": "memorizing"},
+        )
+
+
 def score_complete(
     *, lease: ScoreLease, execution: AgentExecution | None, result: ScoreResult
 ) -> None:

@@ -16,6 +16,7 @@ from sessions.models import (
     InjectedMemory,
     InvestigationMemory,
     LLMInteraction,
+    SessionEvent,
     SessionScore,
     TimelineEvent,
 )
@@ -144,6 +145,21 @@ def test_the_reflector_keeps_new_lessons_and_touches_only_those_it_was_shown(
     assert not elsewhere.deprecated
     call = LLMInteraction.objects.get(session=session, interaction_type="memory_extraction")
     assert str(shown.id) in request_messages(call)[1]["content"]
+    # Clients saw TARSy's "memorizing" between the score and its end.
+    statuses = [
+        e.payload["scoring_status"]
+        for e in SessionEvent.objects.filter(session=session, type="session.score_updated")
+    ]
+    assert statuses[-2:] == ["memorizing", "completed"]
+    from api.protocol import tarsy_payload
+
+    memorizing = SessionEvent.objects.filter(
+        session=session, type="session.score_updated", payload__scoring_status="memorizing"
+    ).get()
+    translated = tarsy_payload(
+        {"type": memorizing.type, "session_id": session.id, "payload": memorizing.payload}
+    )
+    assert translated["scoring_status"] == "memorizing"
 
 
 def test_a_reflection_that_fails_never_fails_the_score(scripted_provider, memory_on):
