@@ -79,6 +79,10 @@ def test_a_like_alert_gets_the_lesson_and_an_unrelated_one_none(scripted_provide
     item = TimelineEvent.objects.get(session=session, event_type="memory_injected")
     assert item.metadata == {"count": 1, "memory_ids": [str(lesson.id)]}
 
+    from agents.chat import _lessons_given
+
+    assert _lessons_given(session) == f"- [semantic, positive] {LESSON}"  # chat sees them too
+
     other = investigate("Certificate expired on the ingress gateway")
     assert "Lessons from Past Investigations" not in first_system_prompt(other)
     assert not TimelineEvent.objects.filter(session=other, event_type="memory_injected").exists()
