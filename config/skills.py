@@ -48,6 +48,8 @@ def load_skills(config_dir: Path) -> dict[str, Skill]:
 
 
 def parse_skill(path: Path) -> Skill:
+    if path.stat().st_size > 4 * SKILL_CHARS:  # before reading it: UTF-8 is 4 bytes at most
+        raise SkillError(f"{path}: over {SKILL_CHARS} characters; a skill is not this large")
     try:
         text = path.read_text()
     except UnicodeDecodeError:
