@@ -176,3 +176,34 @@ def test_the_local_embedder_matches_a_lesson_to_a_like_alert_and_not_another():
     assert recall(embedder, "Certificate expired on the ingress gateway", limit=5) == []
     same = embedder.embed([alert, alert], "query")
     assert np.array_equal(same[0], same[1])  # deterministic
+
+
+def test_reembedding_brings_another_embedders_lessons_back_and_keeps_their_age():
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    old = FixedEmbedder({LESSON_TEXT: (1, 0)})
+    old.name = "retired-model"
+    memory = make(old, LESSON_TEXT)
+    aged = timezone.now() - timedelta(days=10)
+    InvestigationMemory.objects.filter(id=memory.id).update(updated_at=aged)
+    embedder = LocalHashingEmbedder()
+    assert recall(embedder, LESSON_TEXT, limit=3) == []  # another embedder's: never compared
+    out = StringIO()
+    call_command("tarsy_reembed", stdout=out)
+    assert "1/1" in out.getvalue()
+    assert "1 lessons embedded with local-hashing-v1 (768 dimensions)" in out.getvalue()
+    memory.refresh_from_db()
+    assert (memory.embedding_model, memory.dimensions, memory.updated_at) == (
+        "local-hashing-v1",
+        768,
+        aged,
+    )
+    assert [r.memory.id for r in recall(embedder, LESSON_TEXT, limit=3)] == [memory.id]
+    again = StringIO()
+    call_command("tarsy_reembed", stdout=again)  # nothing left
+    assert "0 lessons embedded" in again.getvalue()
+
+
+LESSON_TEXT = "payments-api pods are OOMKilled at the 512Mi memory limit"
