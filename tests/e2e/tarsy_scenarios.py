@@ -357,3 +357,80 @@ def events_not_in_order(actual: list[dict[str, Any]], expected: list[dict[str, A
             e += 1
         a += 1
     return missing + expected[e:]
+
+
+def created(event_type: str, **more: Any) -> dict[str, Any]:
+    """An expected ``timeline_event.created`` (``events_not_in_order``)."""
+    return {"type": "timeline_event.created", "event_type": event_type, **more}
+
+
+def completed(event_type: str, **more: Any) -> dict[str, Any]:
+    return {"type": "timeline_event.completed", "event_type": event_type, **more}
+
+
+# --- what several scenario files share --------------------------------------------------
+
+
+def open_gate(run: Running, gate: str) -> None:
+    """Let the fake model's calls held at ``"hold": "<gate>"`` answer."""
+    record = run.scenario.record
+    record.with_name(f"{record.stem}.{gate}.release").touch()
+
+
+def llm_interaction_count(run: Running, session_id: str) -> int:
+    """TARSy's CountLLMInteractions: the session's recorded model calls."""
+
+    def count(execution: dict[str, Any]) -> int:
+        return len(execution["llm_interactions"]) + sum(
+            count(child) for child in execution.get("sub_agents", [])
+        )
+
+    trace = run.get(f"/sessions/{session_id}/trace")
+    return sum(count(e) for stage in trace["stages"] for e in stage["executions"]) + len(
+        trace["session_interactions"]
+    )
+
+
+def flatten(executions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Executions and their sub-agents', depth first."""
+    found = []
+    for execution in executions:
+        found.append(execution)
+        found.extend(flatten(execution.get("sub_agents", [])))
+    return found
+
+
+def without_durations(value: Any) -> Any:
+    """Durations are TARSy's {DURATION_MS}: any value; ours leaves a 0 out."""
+    if isinstance(value, dict):
+        return {k: without_durations(v) for k, v in value.items() if k != "duration_ms"}
+    if isinstance(value, list):
+        return [without_durations(v) for v in value]
+    return value
+
+
+def tools_copy(tmp_path: Path, tools: Path) -> Path:
+    """The mock MCP servers read their results from a copy the test may rewrite."""
+    copy = tmp_path / "mcp_tools.json"
+    copy.write_text(tools.read_text())
+    return copy
+
+
+def replayed(runs: dict[str, Any], name: str) -> dict[str, Any]:
+    """One of a shared deployment's replays, or why it could not run."""
+    outputs = runs[name]
+    if "error" in outputs:
+        raise AssertionError(f"{name}: {outputs['error']!r}\n{outputs['log']}")
+    return outputs
+
+
+def golden_interactions(directory: Path) -> list[tuple[str, dict[str, Any], list[tuple[str, str]]]]:
+    """TARSy's ``trace_interactions/*.golden`` of a scenario directory: (file name, head,
+    its sections in order)."""
+    found = []
+    for path in sorted((directory / "trace_interactions").glob("*.golden")):
+        text = path.read_text().replace("{DURATION_MS}", "0")
+        head, _, rest = text.partition("\n}\n")
+        sections = re.findall(r"^=== (.+?) ===\n(.*?)(?=^=== |\Z)", rest, flags=re.M | re.S)
+        found.append((path.name, json.loads(head + "\n}"), sections))
+    return found

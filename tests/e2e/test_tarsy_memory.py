@@ -65,8 +65,11 @@ from tests.e2e.tarsy_scenarios import (
     agents_by_execution,
     differences,
     dump,
+    golden_interactions,
+    replayed,
     scenario_deployment,
     wait,
+    without_durations,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -221,13 +224,6 @@ def _replay(
     return outputs
 
 
-def _outputs(runs: dict[str, Any], name: str) -> dict[str, Any]:
-    outputs = runs[name]
-    if "error" in outputs:
-        raise AssertionError(f"{name}: {outputs['error']!r}\n{outputs['log']}")
-    return outputs
-
-
 def _seed_past_session(run: Running) -> str:
     """TARSy's seeded past session: completed, reviewed ``accurate`` with feedback, one
     follow-up question answered. TARSy writes it into its database; ours runs it."""
@@ -303,16 +299,7 @@ def memory_config(tmp_path_factory) -> dict[str, Any]:
 
 def _golden(scenario: str, name: str) -> Any:
     text = (SCENARIOS / scenario / f"{name}.golden").read_text()
-    return _without_durations(json.loads(text.replace("{DURATION_MS}", "0")))
-
-
-def _without_durations(value: Any) -> Any:
-    """Durations are TARSy's {DURATION_MS}: any value; ours leaves a 0 out."""
-    if isinstance(value, dict):
-        return {k: _without_durations(v) for k, v in value.items() if k != "duration_ms"}
-    if isinstance(value, list):
-        return [_without_durations(v) for v in value]
-    return value
+    return without_durations(json.loads(text.replace("{DURATION_MS}", "0")))
 
 
 # TARSy's lesson lines, in its prompts and tool results and in ours: (category, valence,
@@ -388,17 +375,6 @@ def _timeline_differences(scenario: str, outputs: dict[str, Any], adapt=None) ->
     return found
 
 
-def _golden_interactions(scenario: str) -> list[tuple[str, dict[str, Any], list[tuple[str, str]]]]:
-    """TARSy's trace_interactions/*.golden: (file name, head, its sections in order)."""
-    found = []
-    for path in sorted((SCENARIOS / scenario / "trace_interactions").glob("*.golden")):
-        text = path.read_text().replace("{DURATION_MS}", "0")
-        head, _, rest = text.partition("\n}\n")
-        sections = re.findall(r"^=== (.+?) ===\n(.*?)(?=^=== |\Z)", rest, flags=re.M | re.S)
-        found.append((path.name, json.loads(head + "\n}"), sections))
-    return found
-
-
 def _our_interactions(outputs: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """TARSy's walk of the trace: per stage and execution, its model calls and tool
     interactions by creation (a tie: by server), then the session's; each named as TARSy
@@ -436,7 +412,7 @@ def _trace_interaction_differences(
     words are our own); each tool list, and each tool call's arguments (and the MCP
     tools' results). The memory tools' results are asserted by the tests themselves."""
     ours = _our_interactions(outputs)
-    golden = [g for g in _golden_interactions(scenario) if not g[0].endswith(skip)]
+    golden = [g for g in golden_interactions(SCENARIOS / scenario) if not g[0].endswith(skip)]
     theirs_names = [name.split("_", 1)[1] for name, _, _ in golden]
     if [name for name, _ in ours] != theirs_names:
         return [f"ours {[n for n, _ in ours]}, TARSy {theirs_names}"]
@@ -505,7 +481,7 @@ MEMORY_TOOLS = tuple(f", {name})" for name in MEMORY_TOOL_NAMES)  # TARSy's sect
 
 @pytest.fixture(scope="module")
 def recall(memory_config) -> dict[str, Any]:
-    return _outputs(memory_config, "recall")
+    return replayed(memory_config, "recall")
 
 
 def test_recall_session_completes_and_its_chat_is_answered(recall):
@@ -596,7 +572,7 @@ def test_recall_timeline_is_tarsys_golden(recall):
 
 
 def test_recall_trace_list_is_tarsys_golden(recall):
-    assert differences(_golden("memory", "trace_list"), _without_durations(recall["trace"])) == []
+    assert differences(_golden("memory", "trace_list"), without_durations(recall["trace"])) == []
 
 
 def test_recall_trace_interactions_are_tarsys_golden(recall):
@@ -608,7 +584,7 @@ def test_recall_trace_interactions_are_tarsys_golden(recall):
 
 @pytest.fixture(scope="module")
 def search(memory_config) -> dict[str, Any]:
-    return _outputs(memory_config, "search")
+    return replayed(memory_config, "search")
 
 
 def test_search_makes_tarsys_model_calls_less_the_summary(search):
@@ -652,7 +628,7 @@ def test_search_trace_list_is_tarsys_golden_less_the_summary(search):
     chat["llm_interactions"] = [
         i for i in chat["llm_interactions"] if i["interaction_type"] != "summarization"
     ]
-    assert differences(golden, _without_durations(search["trace"])) == []
+    assert differences(golden, without_durations(search["trace"])) == []
 
 
 def test_search_trace_interactions_are_tarsys_golden_less_the_summary(search):
@@ -667,7 +643,7 @@ def test_search_trace_interactions_are_tarsys_golden_less_the_summary(search):
 
 @pytest.fixture(scope="module")
 def no_match(memory_config) -> dict[str, Any]:
-    return _outputs(memory_config, "no_match")
+    return replayed(memory_config, "no_match")
 
 
 def test_no_match_makes_tarsys_four_model_calls(no_match):
@@ -704,7 +680,7 @@ def _without_test_mcp_lists(outputs: dict[str, Any]) -> dict[str, Any]:
 def test_no_match_trace_list_is_tarsys_golden(no_match):
     golden = _golden("memory-session-search-no-match", "trace_list")
     ours = _without_test_mcp_lists(no_match)["trace"]
-    assert differences(golden, _without_durations(ours)) == []
+    assert differences(golden, without_durations(ours)) == []
 
 
 def test_no_match_trace_interactions_are_tarsys_golden(no_match):
@@ -779,7 +755,7 @@ def reflector_config(tmp_path_factory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def reflector(reflector_config) -> dict[str, Any]:
-    return _outputs(reflector_config, "reflector")
+    return replayed(reflector_config, "reflector")
 
 
 def test_reflector_runs_after_the_score_in_the_scoring_stage(reflector):
@@ -819,7 +795,7 @@ def test_reflector_keeps_its_two_lessons(reflector):
 
 @pytest.fixture(scope="module")
 def crud(reflector_config) -> dict[str, Any]:
-    outputs = _outputs(reflector_config, "crud")
+    outputs = replayed(reflector_config, "crud")
     assert outputs["session"]["status"] == "completed", outputs["log"]
     assert outputs["scoring"] == "completed", outputs["log"]
     return outputs["api"] | {"session_id": outputs["session_id"]}

@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,10 +43,20 @@ from tests.e2e.tarsy_scenarios import (
     Running,
     SocketClient,
     agents_by_execution,
+    completed,
+    created,
     differences,
     dump,
+    events_not_in_order,
+    flatten,
+    golden_interactions,
+    llm_interaction_count,
+    open_gate,
+    replayed,
     scenario_deployment,
+    tools_copy,
     wait,
+    without_durations,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -63,35 +72,18 @@ def _held(run: Running, agent: str, since: int = 0) -> int:
     return sum(c["agent"] == agent and c["blocked"] for c in calls)
 
 
-def _open(run: Running, gate: str) -> None:
-    record = run.scenario.record
-    record.with_name(f"{record.stem}.{gate}.release").touch()
-
-
-def _llm_interactions(run: Running, session_id: str) -> int:
-    """TARSy's CountLLMInteractions: the session's recorded model calls."""
-
-    def count(execution: dict[str, Any]) -> int:
-        return len(execution["llm_interactions"]) + sum(
-            count(child) for child in execution.get("sub_agents", [])
-        )
-
-    trace = run.get(f"/sessions/{session_id}/trace")
-    return sum(count(e) for stage in trace["stages"] for e in stage["executions"]) + len(
-        trace["session_interactions"]
-    )
-
-
 def _release_in_tarsys_order(
     run: Running, session_id: str, orchestrator: str, since: int = 0
 ) -> None:
     """TARSy's gate goroutine: once the orchestrator's held call waits, let it answer;
     once that answer is recorded, let the sub-agents' models answer."""
     wait(lambda: _held(run, orchestrator, since) >= 1, f"{orchestrator}'s held call", timeout=60)
-    baseline = _llm_interactions(run, session_id)
-    _open(run, "orchestrator-iteration-2")
-    wait(lambda: _llm_interactions(run, session_id) > baseline, "its answer recorded", timeout=60)
-    _open(run, "sub-agents")
+    baseline = llm_interaction_count(run, session_id)
+    open_gate(run, "orchestrator-iteration-2")
+    wait(
+        lambda: llm_interaction_count(run, session_id) > baseline, "its answer recorded", timeout=60
+    )
+    open_gate(run, "sub-agents")
 
 
 def _collect(run: Running, session_id: str, since: int = 0) -> dict[str, Any]:
@@ -100,7 +92,7 @@ def _collect(run: Running, session_id: str, since: int = 0) -> dict[str, Any]:
     trace = outputs["trace"]
     details = {}
     for stage in trace["stages"]:
-        for execution in _flatten(stage["executions"]):
+        for execution in flatten(stage["executions"]):
             for kind in ("llm", "mcp"):
                 for item in execution[f"{kind}_interactions"]:
                     path = f"/sessions/{session_id}/trace/{kind}/{item['id']}"
@@ -109,17 +101,9 @@ def _collect(run: Running, session_id: str, since: int = 0) -> dict[str, Any]:
     return outputs
 
 
-def _flatten(executions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    found = []
-    for execution in executions:
-        found.append(execution)
-        found.extend(_flatten(execution.get("sub_agents", [])))
-    return found
-
-
 def _executions(session: dict[str, Any]) -> list[dict[str, Any]]:
     """TARSy's QueryExecutions: every execution of the session, sub-agents included."""
-    return [e for stage in session["stages"] for e in _flatten(stage.get("executions", []))]
+    return [e for stage in session["stages"] for e in flatten(stage.get("executions", []))]
 
 
 def _tool_calls(timeline: list[dict[str, Any]], tool: str) -> list[dict[str, Any]]:
@@ -201,13 +185,6 @@ def _replay(
     return outputs
 
 
-def _tools_file(tmp_path: Path, tools: Path) -> Path:
-    """The mock MCP servers read their results from a copy the test may rewrite."""
-    copy = tmp_path / "mcp_tools.json"
-    copy.write_text(tools.read_text())
-    return copy
-
-
 # --- TestE2E_Orchestrator (golden files) and the other tests on its configuration ---------------
 
 
@@ -215,7 +192,7 @@ def _tools_file(tmp_path: Path, tools: Path) -> Path:
 def orchestrator_config(tmp_path_factory) -> dict[str, Any]:
     """TARSy's tests on config ``orchestrator``, one after another on one deployment."""
     tmp = tmp_path_factory.mktemp("orchestrator")
-    tools = _tools_file(tmp, SCENARIOS / "orchestrator" / "mcp_tools.json")
+    tools = tools_copy(tmp, SCENARIOS / "orchestrator" / "mcp_tools.json")
     runs: dict[str, Any] = {}
     replays: list[tuple[str, str, dict[str, Any]]] = [
         # TestE2E_Orchestrator: one sub-agent, three orchestrator iterations.
@@ -255,20 +232,13 @@ def orchestrator_config(tmp_path_factory) -> dict[str, Any]:
 
 def _cancel_specific(run: Running, session_id: str, since: int) -> None:
     wait(lambda: _held(run, "LogAnalyzer", since) >= 1, "LogAnalyzer waiting", timeout=60)
-    _open(run, "sub-agents")
-
-
-def _outputs(runs: dict[str, Any], name: str) -> dict[str, Any]:
-    outputs = runs[name]
-    if "error" in outputs:
-        raise AssertionError(f"{name}: {outputs['error']!r}\n{outputs['log']}")
-    return outputs
+    open_gate(run, "sub-agents")
 
 
 @pytest.fixture(scope="module")
 def orchestrator(orchestrator_config) -> dict[str, Any]:
     """TARSy's TestE2E_Orchestrator: one sub-agent, three orchestrator iterations."""
-    return _outputs(orchestrator_config, "golden")
+    return replayed(orchestrator_config, "golden")
 
 
 def test_orchestrator_session_completes_with_analysis_and_summary(orchestrator):
@@ -332,7 +302,7 @@ def test_orchestrator_trace_nests_the_sub_agent(orchestrator):
 
 
 def _golden(name: str) -> Any:
-    return _without_durations(
+    return without_durations(
         json.loads(
             (SCENARIOS / "orchestrator" / f"{name}.golden")
             .read_text()
@@ -341,17 +311,8 @@ def _golden(name: str) -> Any:
     )
 
 
-def _without_durations(value: Any) -> Any:
-    """Durations are TARSy's {DURATION_MS}: any value; ours leaves a 0 out."""
-    if isinstance(value, dict):
-        return {k: _without_durations(v) for k, v in value.items() if k != "duration_ms"}
-    if isinstance(value, list):
-        return [_without_durations(v) for v in value]
-    return value
-
-
 def test_orchestrator_session_is_tarsys_golden_key_by_key(orchestrator):
-    found = differences(_golden("session"), _without_durations(orchestrator["session"]))
+    found = differences(_golden("session"), without_durations(orchestrator["session"]))
     # A stage says when it started; TARSy never sets it (null in its golden files).
     started = [d for d in found if re.fullmatch(r"\.stages\[\d\]\.started_at: ours '.*'.*", d)]
     assert len(started) == 2
@@ -367,7 +328,7 @@ def test_orchestrator_stages_are_tarsys_golden(orchestrator):
 
 
 def test_orchestrator_trace_list_is_tarsys_golden(orchestrator):
-    assert differences(_golden("trace_list"), _without_durations(orchestrator["trace"])) == []
+    assert differences(_golden("trace_list"), without_durations(orchestrator["trace"])) == []
 
 
 # TARSy's normalize.go: times inside texts (tool results) become {TIMESTAMP}.
@@ -413,17 +374,6 @@ def test_orchestrator_timeline_is_tarsys_golden(orchestrator):
             assert e[4].items() <= o[4].items(), (o, e)
 
 
-def _golden_interactions() -> list[tuple[str, dict[str, Any], list[tuple[str, str]]]]:
-    """TARSy's trace_interactions/*.golden: (file name, head, its sections in order)."""
-    found = []
-    for path in sorted((SCENARIOS / "orchestrator" / "trace_interactions").glob("*.golden")):
-        text = path.read_text().replace("{DURATION_MS}", "0")
-        head, _, rest = text.partition("\n}\n")
-        sections = re.findall(r"^=== (.+?) ===\n(.*?)(?=^=== |\Z)", rest, flags=re.M | re.S)
-        found.append((path.name, json.loads(head + "\n}"), sections))
-    return found
-
-
 def test_orchestrator_trace_interactions_are_tarsys_golden(orchestrator):
     """TARSy's trace detail files, in its order (per agent, by creation): what each call
     was, what it was sent and answered (the messages' roles: our prompts' words are our
@@ -440,7 +390,7 @@ def test_orchestrator_trace_interactions_are_tarsys_golden(orchestrator):
             (execution["agent_name"], orchestrator["details"][f"{k}-{i['id']}"], k)
             for k, i in entries
         ]
-    golden = _golden_interactions()
+    golden = golden_interactions(SCENARIOS / "orchestrator")
     assert len(ours) == len(golden)
     for (agent, detail, kind), (name, head, in_order) in zip(ours, golden, strict=True):
         sections = dict(in_order)
@@ -469,105 +419,54 @@ def test_orchestrator_trace_interactions_are_tarsys_golden(orchestrator):
                 assert content == result["content"], name
 
 
-def _matches(event: dict[str, Any], expected: dict[str, Any]) -> bool:
-    """TARSy's matchesExpected: only the fields the expected event names."""
-    for key, value in expected.items():
-        if key == "group":
-            continue
-        if key == "metadata":
-            metadata = event.get("metadata") or {}
-            if any(str(metadata.get(k)) != v for k, v in value.items()):
-                return False
-        elif event.get(key) != value:
-            return False
-    return True
-
-
-def _unmatched_in_order(events: list[dict[str, Any]], expected: list[dict[str, Any]]) -> list:
-    """TARSy's AssertEventsInOrder: each expected event found after the previous one
-    (events of one ``group`` in any order); returns those not found."""
-    index, at = 0, 0
-    while index < len(expected) and at < len(events):
-        group = expected[index].get("group")
-        if group:
-            members = []
-            while index < len(expected) and expected[index].get("group") == group:
-                members.append(expected[index])
-                index += 1
-            while members and at < len(events):
-                # Members naming metadata first, as TARSy's two passes.
-                for member in sorted(members, key=lambda m: "metadata" not in m):
-                    if _matches(events[at], member):
-                        members.remove(member)
-                        break
-                at += 1
-            if members:
-                return members
-            continue
-        if _matches(events[at], expected[index]):
-            index += 1
-        at += 1
-    return expected[index:]
-
-
-def _created(event_type: str, **more: Any) -> dict[str, Any]:
-    return {"type": "timeline_event.created", "event_type": event_type, **more}
-
-
-def _completed(event_type: str, **more: Any) -> dict[str, Any]:
-    return {"type": "timeline_event.completed", "event_type": event_type, **more}
-
-
 # TARSy's testdata.OrchestratorExpectedEvents. Ours: an answer's item completes as
 # final_analysis (TARSy completes an llm_response and creates a final_analysis copy).
 ORCHESTRATOR_EVENTS = [
     {"type": "session.status", "status": "in_progress"},
     {"type": "stage.status", "stage_name": "orchestrate", "status": "started"},
-    _created("llm_thinking", status="streaming"),
-    _completed(
+    created("llm_thinking", status="streaming"),
+    completed(
         "llm_thinking",
         content="I need to investigate this alert. Let me dispatch LogAnalyzer to check error "
         "patterns.",
     ),
-    _created("llm_tool_call", status="streaming", metadata={"tool_name": "dispatch_agent"}),
-    _completed("llm_tool_call"),
-    _created("llm_thinking", status="streaming"),
-    _created("llm_response", status="streaming"),
-    _completed(
-        "llm_thinking", content="I've dispatched LogAnalyzer. Waiting for results.", group=1
-    ),
-    _completed(
+    created("llm_tool_call", status="streaming", metadata={"tool_name": "dispatch_agent"}),
+    completed("llm_tool_call"),
+    created("llm_thinking", status="streaming"),
+    created("llm_response", status="streaming"),
+    completed("llm_thinking", content="I've dispatched LogAnalyzer. Waiting for results.", group=1),
+    completed(
         "llm_response",
         content="Waiting for sub-agent results to complete the investigation.",
         group=1,
     ),
-    _created("llm_thinking", status="streaming", group=2),
-    _completed("llm_thinking", content="Let me search the logs for error patterns.", group=2),
-    _created(
+    created("llm_thinking", status="streaming", group=2),
+    completed("llm_thinking", content="Let me search the logs for error patterns.", group=2),
+    created(
         "llm_tool_call",
         status="streaming",
         group=2,
         metadata={"server_name": "test-mcp", "tool_name": "search_logs"},
     ),
-    _completed("llm_tool_call", group=2),
-    _created("llm_thinking", status="streaming", group=2),
-    _created("llm_response", status="streaming", group=2),
-    _completed("llm_thinking", content="Found significant error patterns in the logs.", group=2),
-    _completed(
+    completed("llm_tool_call", group=2),
+    created("llm_thinking", status="streaming", group=2),
+    created("llm_response", status="streaming", group=2),
+    completed("llm_thinking", content="Found significant error patterns in the logs.", group=2),
+    completed(
         "final_analysis",
         content="Found 2,847 5xx errors in the last 30 minutes, primarily from the payment "
         "service.",
         group=2,
     ),
-    _created("llm_thinking", status="streaming"),
-    _created("llm_response", status="streaming"),
-    _completed(
+    created("llm_thinking", status="streaming"),
+    created("llm_response", status="streaming"),
+    completed(
         "llm_thinking",
         content="LogAnalyzer found 5xx errors from the payment service. Memory pressure from "
         "recent deployment.",
         group=3,
     ),
-    _completed(
+    completed(
         "final_analysis",
         content="Investigation complete: payment service has 2,847 5xx errors due to memory "
         "pressure from recent deployment. Recommend rollback and memory limit increase.",
@@ -588,7 +487,7 @@ def _assert_all_events_name_the_session(outputs: dict[str, Any]) -> None:
 
 def test_orchestrator_websocket_events_come_in_tarsys_order(orchestrator):
     _assert_all_events_name_the_session(orchestrator)
-    assert _unmatched_in_order(orchestrator["stored_events"], ORCHESTRATOR_EVENTS) == []
+    assert events_not_in_order(orchestrator["stored_events"], ORCHESTRATOR_EVENTS) == []
 
 
 # --- TestE2E_OrchestratorMultiAgent, _BuiltinAgent, _MultiPhase -------------------------------
@@ -623,7 +522,7 @@ def _assert_dispatched_all_completed(
 
 
 def test_orchestrator_multi_agent_runs_both_sub_agents(orchestrator_config):
-    outputs = _outputs(orchestrator_config, "multi_agent")
+    outputs = replayed(orchestrator_config, "multi_agent")
     _assert_dispatched_all_completed(
         outputs,
         "SREOrchestrator",
@@ -632,7 +531,7 @@ def test_orchestrator_multi_agent_runs_both_sub_agents(orchestrator_config):
 
 
 def test_orchestrator_multi_phase_dispatches_general_worker_twice(orchestrator_config):
-    outputs = _outputs(orchestrator_config, "multi_phase")
+    outputs = replayed(orchestrator_config, "multi_phase")
     _assert_dispatched_all_completed(
         outputs,
         "SREOrchestrator",
@@ -686,7 +585,7 @@ def test_an_agent_with_sub_agents_orchestrates_them(builtin_orchestrator):
 
 
 def test_orchestrator_completes_when_a_sub_agent_fails(orchestrator_config):
-    outputs = _outputs(orchestrator_config, "sub_agent_failure")
+    outputs = replayed(orchestrator_config, "sub_agent_failure")
     session = outputs["session"]
     assert session["status"] == "completed", outputs["log"]
     assert session["final_analysis"]
@@ -705,7 +604,7 @@ def test_orchestrator_completes_when_a_sub_agent_fails(orchestrator_config):
 
 
 def test_orchestrator_lists_its_agents(orchestrator_config):
-    outputs = _outputs(orchestrator_config, "list_agents")
+    outputs = replayed(orchestrator_config, "list_agents")
     session = outputs["session"]
     assert session["status"] == "completed", outputs["log"]
     [listed] = _tool_calls(outputs["timeline"], "list_agents")
@@ -721,7 +620,7 @@ def test_orchestrator_lists_its_agents(orchestrator_config):
 
 
 def test_orchestrator_cancels_one_sub_agent(orchestrator_config):
-    outputs = _outputs(orchestrator_config, "cancel_specific")
+    outputs = replayed(orchestrator_config, "cancel_specific")
     session = outputs["session"]
     assert session["status"] == "completed", outputs["log"]
     assert session["final_analysis"]
@@ -772,10 +671,10 @@ def orchestrator_cancellation(tmp_path_factory) -> dict[str, Any]:
 CANCELLATION_EVENTS = [
     {"type": "session.status", "status": "in_progress"},
     {"type": "stage.status", "stage_name": "orchestrate", "status": "started"},
-    _created("llm_tool_call", status="streaming", metadata={"tool_name": "dispatch_agent"}),
-    _completed("llm_tool_call"),
-    _created("llm_tool_call", status="streaming", metadata={"tool_name": "dispatch_agent"}),
-    _completed("llm_tool_call"),
+    created("llm_tool_call", status="streaming", metadata={"tool_name": "dispatch_agent"}),
+    completed("llm_tool_call"),
+    created("llm_tool_call", status="streaming", metadata={"tool_name": "dispatch_agent"}),
+    completed("llm_tool_call"),
     {"type": "stage.status", "stage_name": "orchestrate", "status": "cancelled"},
     {"type": "session.status", "status": "cancelled"},
 ]
@@ -799,4 +698,4 @@ def test_cancelling_the_session_cancels_the_orchestrator_and_its_sub_agents(
     assert all(e["status"] == "cancelled" for e in executions), executions
     assert all(item["status"] != "streaming" for item in outputs["timeline"])
     _assert_all_events_name_the_session(outputs)
-    assert _unmatched_in_order(outputs["stored_events"], CANCELLATION_EVENTS) == []
+    assert events_not_in_order(outputs["stored_events"], CANCELLATION_EVENTS) == []

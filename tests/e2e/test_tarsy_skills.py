@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,10 +38,20 @@ from tests.e2e.tarsy_scenarios import (
     SCENARIOS,
     Running,
     SocketClient,
+    completed,
+    created,
     differences,
     dump,
+    events_not_in_order,
+    flatten,
+    golden_interactions,
+    llm_interaction_count,
+    open_gate,
+    replayed,
     scenario_deployment,
+    tools_copy,
     wait,
+    without_durations,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -96,33 +105,6 @@ def _tool_calls(timeline: list[dict[str, Any]], tool: str) -> list[dict[str, Any
 
 
 # --- replaying one of TARSy's tests on a running deployment ------------------------------------
-
-
-def _open(run: Running, gate: str) -> None:
-    record = run.scenario.record
-    record.with_name(f"{record.stem}.{gate}.release").touch()
-
-
-def _llm_interactions(run: Running, session_id: str) -> int:
-    """TARSy's CountLLMInteractions: the session's recorded model calls."""
-
-    def count(execution: dict[str, Any]) -> int:
-        return len(execution["llm_interactions"]) + sum(
-            count(child) for child in execution.get("sub_agents", [])
-        )
-
-    trace = run.get(f"/sessions/{session_id}/trace")
-    return sum(count(e) for stage in trace["stages"] for e in stage["executions"]) + len(
-        trace["session_interactions"]
-    )
-
-
-def _flatten(executions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    found = []
-    for execution in executions:
-        found.append(execution)
-        found.extend(_flatten(execution.get("sub_agents", [])))
-    return found
 
 
 def _replay(
@@ -181,7 +163,7 @@ def _replay(
     outputs["chat"] = chat
     details = {}
     for stage in outputs["trace"]["stages"]:
-        for execution in _flatten(stage["executions"]):
+        for execution in flatten(stage["executions"]):
             for kind in ("llm", "mcp"):
                 for item in execution[f"{kind}_interactions"]:
                     path = f"/sessions/{session_id}/trace/{kind}/{item['id']}"
@@ -195,25 +177,11 @@ def _replay(
     return outputs
 
 
-def _tools_file(tmp_path: Path, tools: Path) -> Path:
-    """The mock MCP servers read their results from a copy the test may rewrite."""
-    copy = tmp_path / "mcp_tools.json"
-    copy.write_text(tools.read_text())
-    return copy
-
-
-def _outputs(runs: dict[str, Any], name: str) -> dict[str, Any]:
-    outputs = runs[name]
-    if "error" in outputs:
-        raise AssertionError(f"{name}: {outputs['error']!r}\n{outputs['log']}")
-    return outputs
-
-
 @pytest.fixture(scope="module")
 def skills_config(tmp_path_factory) -> dict[str, Any]:
     """TARSy's three tests on config ``skills``, one after another on one deployment."""
     tmp = tmp_path_factory.mktemp("skills")
-    tools = _tools_file(tmp, SKILLS / "mcp_tools.json")
+    tools = tools_copy(tmp, SKILLS / "mcp_tools.json")
     runs: dict[str, Any] = {}
     replays: list[tuple[str, str, dict[str, Any]]] = [
         # TestE2E_SkillsRequiredAndOnDemand: two stages, the summary, a chat question.
@@ -239,7 +207,7 @@ def skills_config(tmp_path_factory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def required_and_on_demand(skills_config) -> dict[str, Any]:
-    return _outputs(skills_config, "required_and_on_demand")
+    return replayed(skills_config, "required_and_on_demand")
 
 
 def test_skills_session_completes_and_its_chat_is_answered(required_and_on_demand):
@@ -357,22 +325,13 @@ def test_skills_stages_and_executions_are_tarsys(required_and_on_demand):
 
 
 def _golden(name: str) -> Any:
-    return _without_durations(
+    return without_durations(
         json.loads((SKILLS / f"{name}.golden").read_text().replace("{DURATION_MS}", "0"))
     )
 
 
-def _without_durations(value: Any) -> Any:
-    """Durations are TARSy's {DURATION_MS}: any value; ours leaves a 0 out."""
-    if isinstance(value, dict):
-        return {k: _without_durations(v) for k, v in value.items() if k != "duration_ms"}
-    if isinstance(value, list):
-        return [_without_durations(v) for v in value]
-    return value
-
-
 def test_skills_session_is_tarsys_golden_key_by_key(required_and_on_demand):
-    found = differences(_golden("session"), _without_durations(required_and_on_demand["session"]))
+    found = differences(_golden("session"), without_durations(required_and_on_demand["session"]))
     # A stage says when it started; TARSy never sets it (null in its golden files).
     started = [d for d in found if re.fullmatch(r"\.stages\[\d\]\.started_at: ours '.*'.*", d)]
     assert len(started) == 4
@@ -380,19 +339,8 @@ def test_skills_session_is_tarsys_golden_key_by_key(required_and_on_demand):
 
 
 def test_skills_trace_list_is_tarsys_golden(required_and_on_demand):
-    found = differences(_golden("trace_list"), _without_durations(required_and_on_demand["trace"]))
+    found = differences(_golden("trace_list"), without_durations(required_and_on_demand["trace"]))
     assert found == []
-
-
-def _golden_interactions() -> list[tuple[str, dict[str, Any], list[tuple[str, str]]]]:
-    """TARSy's trace_interactions/*.golden: (file name, head, its sections in order)."""
-    found = []
-    for path in sorted((SKILLS / "trace_interactions").glob("*.golden")):
-        text = path.read_text().replace("{DURATION_MS}", "0")
-        head, _, rest = text.partition("\n}\n")
-        sections = re.findall(r"^=== (.+?) ===\n(.*?)(?=^=== |\Z)", rest, flags=re.M | re.S)
-        found.append((path.name, json.loads(head + "\n}"), sections))
-    return found
 
 
 def _skill_sections(system: str) -> str:
@@ -442,7 +390,7 @@ def test_skills_trace_interactions_are_tarsys_golden(required_and_on_demand):
     word, and TARSy's skill sections: the rest of the prompts' words are our own); each
     tool list, and each tool call's arguments and result."""
     ours = _our_interactions(required_and_on_demand)
-    golden = _golden_interactions()
+    golden = golden_interactions(SKILLS)
     assert [name for name, _ in ours] == [name for name, _, _ in golden]
     for (name, detail), (_, head, in_order) in zip(ours, golden, strict=True):
         sections = dict(in_order)
@@ -474,74 +422,28 @@ def test_skills_trace_interactions_are_tarsys_golden(required_and_on_demand):
             assert detail["tool_result"] == json.loads(sections["TOOL_RESULT"]), name
 
 
-def _created(event_type: str, **more: Any) -> dict[str, Any]:
-    return {"type": "timeline_event.created", "event_type": event_type, **more}
-
-
-def _completed(event_type: str, **more: Any) -> dict[str, Any]:
-    return {"type": "timeline_event.completed", "event_type": event_type, **more}
-
-
-def _events_not_in_order(actual: list[dict[str, Any]], expected: list[dict[str, Any]]) -> list:
-    """TARSy's AssertEventsInOrder: each expected event (the fields it names) found after
-    the previous one, events of one ``group`` in any order; returns those not found."""
-
-    def matches(event: dict[str, Any], want: dict[str, Any]) -> bool:
-        for key, value in want.items():
-            if key == "group":
-                continue
-            if key == "metadata":
-                got = event.get("metadata") or {}
-                if any(str(got.get(k)) != v for k, v in value.items()):
-                    return False
-            elif event.get(key) != value:
-                return False
-        return True
-
-    index, at = 0, 0
-    while index < len(expected) and at < len(actual):
-        if group := expected[index].get("group"):
-            members = []
-            while index < len(expected) and expected[index].get("group") == group:
-                members.append(expected[index])
-                index += 1
-            while members and at < len(actual):
-                for member in sorted(members, key=lambda m: "metadata" not in m):
-                    if matches(actual[at], member):
-                        members.remove(member)
-                        break
-                at += 1
-            if members:
-                return members
-            continue
-        if matches(actual[at], expected[index]):
-            index += 1
-        at += 1
-    return expected[index:]
-
-
 # TARSy's testdata.SkillsExpectedEvents. Ours: an answer's item completes as
 # final_analysis (TARSy completes an llm_response and creates a final_analysis copy).
 SKILLS_EVENTS = [
     {"type": "session.status", "status": "in_progress"},
     {"type": "stage.status", "stage_name": "investigation", "status": "started"},
-    _created("llm_thinking", status="streaming"),
-    _created("llm_response", status="streaming"),
-    _completed(
+    created("llm_thinking", status="streaming"),
+    created("llm_response", status="streaming"),
+    completed(
         "llm_thinking", content="Let me load the networking skill for this investigation.", group=1
     ),
-    _completed("llm_response", content="Loading networking knowledge.", group=1),
-    _created(
+    completed("llm_response", content="Loading networking knowledge.", group=1),
+    created(
         "llm_tool_call",
         status="streaming",
         metadata={"tool_name": "load_skill", "arguments": '{"names":["networking"]}'},
     ),
-    _completed("llm_tool_call"),
-    _created("llm_thinking", status="streaming"),
-    _created("llm_response", status="streaming"),
-    _completed("llm_thinking", content="Now let me check the pod status.", group=2),
-    _completed("llm_response", content="Checking pods.", group=2),
-    _created(
+    completed("llm_tool_call"),
+    created("llm_thinking", status="streaming"),
+    created("llm_response", status="streaming"),
+    completed("llm_thinking", content="Now let me check the pod status.", group=2),
+    completed("llm_response", content="Checking pods.", group=2),
+    created(
         "llm_tool_call",
         status="streaming",
         metadata={
@@ -550,29 +452,29 @@ SKILLS_EVENTS = [
             "arguments": '{"namespace":"default"}',
         },
     ),
-    _completed("llm_tool_call"),
-    _created("llm_thinking", status="streaming"),
-    _created("llm_response", status="streaming"),
-    _completed(
+    completed("llm_tool_call"),
+    created("llm_thinking", status="streaming"),
+    created("llm_response", status="streaming"),
+    completed(
         "llm_thinking",
         content="Pod is OOMKilled. The networking skill confirms connectivity is fine.",
         group=3,
     ),
-    _completed(
+    completed(
         "final_analysis",
         content="Investigation complete: pod-1 is OOMKilled. Network connectivity verified.",
         group=3,
     ),
     {"type": "stage.status", "stage_name": "investigation", "status": "completed"},
     {"type": "stage.status", "stage_name": "remediation", "status": "started"},
-    _created("llm_thinking", status="streaming"),
-    _created("llm_response", status="streaming"),
-    _completed(
+    created("llm_thinking", status="streaming"),
+    created("llm_response", status="streaming"),
+    completed(
         "llm_thinking",
         content="The investigation found OOM issues. Recommending memory increase.",
         group=4,
     ),
-    _completed(
+    completed(
         "final_analysis", content="Remediation: increase memory limit for pod-1 to 1Gi.", group=4
     ),
     {"type": "stage.status", "stage_name": "remediation", "status": "completed"},
@@ -581,27 +483,27 @@ SKILLS_EVENTS = [
     # Ours: the question is its chat stage's first item, after the stage's start (TARSy:
     # the question, then the stage).
     {"type": "stage.status", "stage_name": "Chat", "status": "started"},
-    _created("user_question", status="completed", content="What is a Kubernetes pod?"),
-    _created("llm_thinking", status="streaming"),
-    _created("llm_response", status="streaming"),
-    _completed(
+    created("user_question", status="completed", content="What is a Kubernetes pod?"),
+    created("llm_thinking", status="streaming"),
+    created("llm_response", status="streaming"),
+    completed(
         "llm_thinking",
         content="Let me load the kubernetes-basics skill to answer this question.",
         group=5,
     ),
-    _completed("llm_response", content="Loading Kubernetes knowledge.", group=5),
-    _created(
+    completed("llm_response", content="Loading Kubernetes knowledge.", group=5),
+    created(
         "llm_tool_call",
         status="streaming",
         metadata={"tool_name": "load_skill", "arguments": '{"names":["kubernetes-basics"]}'},
     ),
-    _completed("llm_tool_call"),
-    _created("llm_thinking", status="streaming"),
-    _created("llm_response", status="streaming"),
-    _completed(
+    completed("llm_tool_call"),
+    created("llm_thinking", status="streaming"),
+    created("llm_response", status="streaming"),
+    completed(
         "llm_thinking", content="Based on the skill content, pods are the smallest unit.", group=6
     ),
-    _completed(
+    completed(
         "final_analysis",
         content="A pod is the smallest deployable unit in Kubernetes. The OOMKilled pod needs "
         "its memory limit increased.",
@@ -617,14 +519,14 @@ def test_skills_websocket_events_come_in_tarsys_order(required_and_on_demand):
     events = [e for e in outputs["events"] if e["type"] not in control]
     assert events
     assert {e.get("session_id") for e in events} == {outputs["session_id"]}
-    assert _events_not_in_order(outputs["stored_events"], SKILLS_EVENTS) == []
+    assert events_not_in_order(outputs["stored_events"], SKILLS_EVENTS) == []
 
 
 # --- TestE2E_SkillsPartialFailure, TestE2E_SkillsAllInvalid -----------------------------------
 
 
 def test_load_skill_with_one_unknown_name_loads_the_other(skills_config):
-    outputs = _outputs(skills_config, "partial_failure")
+    outputs = replayed(skills_config, "partial_failure")
     calls = outputs["llm_calls"]
     assert len(calls) >= 2
     result = _tool_result(calls[1], "load_skill")
@@ -639,7 +541,7 @@ def test_load_skill_with_one_unknown_name_loads_the_other(skills_config):
 
 
 def test_load_skill_with_no_known_name_is_an_error_result(skills_config):
-    outputs = _outputs(skills_config, "all_invalid")
+    outputs = replayed(skills_config, "all_invalid")
     calls = outputs["llm_calls"]
     assert len(calls) >= 2
     assert "no valid skills found" in _tool_result(calls[1], "load_skill")
@@ -665,10 +567,12 @@ def _release_in_tarsys_order(run: Running, session_id: str) -> None:
         "SREOrchestrator's held call",
         timeout=60,
     )
-    baseline = _llm_interactions(run, session_id)
-    _open(run, "orchestrator-iteration-2")
-    wait(lambda: _llm_interactions(run, session_id) > baseline, "its answer recorded", timeout=60)
-    _open(run, "sub-agents")
+    baseline = llm_interaction_count(run, session_id)
+    open_gate(run, "orchestrator-iteration-2")
+    wait(
+        lambda: llm_interaction_count(run, session_id) > baseline, "its answer recorded", timeout=60
+    )
+    open_gate(run, "sub-agents")
 
 
 @pytest.fixture(scope="module")
