@@ -20,7 +20,7 @@ is emptied between them (TARSy's fresh database), and the past session TARSy wri
 its database for TestE2E_SearchPastSessionsInChat is a real session run, reviewed and
 asked about through the API first.
 
-Where this implementation differs on purpose (README, "Moving from TARSy"):
+Where this implementation differs on purpose (docs/tarsy.md):
 - TARSy's test embedder gives every text one fixed vector (every lesson is similarity 1
   to every query); ours is the built-in ``local-hashing-v1`` (shared words, gate 0.4).
   The seeded lessons keep TARSy's words and are stored with one fixed vector too (the

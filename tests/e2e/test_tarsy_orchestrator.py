@@ -16,7 +16,7 @@ orchIter2Gate) and ``sub-agents`` (subAgentGate / phase1Gate), released by the t
 TARSy's order. TARSy's RewriteChunks (the cancel_agent call naming the execution id that
 the dispatch returned) is the fake's ``{{execution_id:<Agent>}}`` in the call's arguments.
 
-Where this implementation differs on purpose (README, "Moving from TARSy"):
+Where this implementation differs on purpose (docs/tarsy.md):
 - the orchestration tools reach the model as ``orchestrator__dispatch_agent`` (all our
   tools are ``server__tool`` at the wire); TARSy's are bare ``dispatch_agent``;
 - a dispatch answers ``{"execution_id": <id>, "status": "accepted"}`` alone; TARSy adds
@@ -596,7 +596,7 @@ def test_orchestrator_completes_when_a_sub_agent_fails(orchestrator_config):
     assert "model overloaded" in executions["LogAnalyzer"]["error_message"]
     assert executions["GeneralWorker"]["status"] == "completed"
     # TARSy asks LogAnalyzer's model three times (two iterations and a forced
-    # conclusion); here a failed call ends the agent: one call (README).
+    # conclusion); here a failed call ends the agent: one call (docs/tarsy.md).
     assert [c["agent"] for c in outputs["llm_calls"]].count("LogAnalyzer") == 1
 
 

@@ -118,7 +118,7 @@ def _stage(name: str, status: str) -> dict[str, Any]:
 
 
 # TARSy's FailureResilienceExpectedEvents (testdata/expected_events.go), with two
-# deliberate differences (README, "Moving from TARSy"): an answer's streamed item is
+# deliberate differences (docs/tarsy.md): an answer's streamed item is
 # completed as final_analysis (TARSy completes an llm_response, then creates a
 # final_analysis copy), and an error item's status is "failed" (TARSy: "completed").
 EXPECTED_EVENTS = [

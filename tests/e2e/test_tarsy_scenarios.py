@@ -7,7 +7,7 @@ chat completions for ``openai`` ones), its ``command: mock`` MCP servers as real
 servers answering TARSy's tool results (scenarios/mock_mcp.py), and a real daphne and
 qcluster. What the API then says is compared with TARSy's own golden files after
 normalising ids and times; where this implementation differs on purpose, the
-comparison says so (README, "Moving from TARSy").
+comparison says so (docs/tarsy.md).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def test_pipeline_trace_is_tarsys(pipeline):
     assert pipeline["trace"]["session_interactions"] == []
 
 
-# Where this timeline differs from TARSy's on purpose (README, "Moving from TARSy"):
+# Where this timeline differs from TARSy's on purpose (docs/tarsy.md):
 # - an answer is one item, streamed as it comes and then marked final_analysis; TARSy
 #   streams an llm_response and then adds a final_analysis copy of it;
 # - the executive summary is an executive_summary item; TARSy's is that pair again,
@@ -218,7 +218,7 @@ def test_pipeline_session_is_tarsys_key_by_key(pipeline):
     assert len(started) == 9
     assert [d for d in found if d not in started] == [
         # The summary's provider is OpenAI: TARSy records the chain's google-native,
-        # which cannot drive it; here the backend that ran it (README).
+        # which cannot drive it; here the backend that ran it (docs/tarsy.md).
         ".stages[6].executions[0].llm_backend: ours 'langchain', TARSy 'google-native'"
     ]
 
@@ -266,7 +266,7 @@ def test_failure_propagation_fails_fast_as_tarsy(failure_propagation):
         by_agent[call["agent"]] += 1
     # TARSy's count is 4: CheckerB's failed iteration and its failed forced conclusion.
     # Here a provider that answers 503 is retried within the call (3 more attempts), and
-    # a failed call ends the agent: one call, four attempts (README).
+    # a failed call ends the agent: one call, four attempts (docs/tarsy.md).
     assert by_agent == {"": 1, "CheckerA": 1, "CheckerB": 4}
 
 
@@ -349,7 +349,7 @@ def _assert_interrupted_twice(outputs: dict[str, Any], agents: list[str], calls:
     timeline = outputs["second_timeline"]
     assert all(item["status"] != "streaming" for item in timeline)
     # TARSy counts 3 final_analysis items: its executive summary is one; ours is an
-    # executive_summary item (README).
+    # executive_summary item (docs/tarsy.md).
     kinds = [item["event_type"] for item in timeline]
     assert (kinds.count("final_analysis"), kinds.count("executive_summary")) == (2, 1)
     assert len(outputs["llm_calls"]) == calls

@@ -10,7 +10,7 @@ session serves both), then a second session that never ends is refused a score (
 cancelled, where TARSy's 2 s session timeout ends it); the disabled chain's two sessions
 (TARSy's get_pods answers them ``restarts: 3``); the defaults block's session.
 
-Where we differ from TARSy on purpose (README, "Moving from TARSy"):
+Where we differ from TARSy on purpose (docs/tarsy.md):
 - the judge's prompts are ours (ADR-0011: our wording, the investigation as we render
   it, a ``TAGS:``/``SCORE:`` ending asked for), so TARSy's prompt_turn*.golden and
   ``prompt_hash`` are not ours; we check that the judge saw everything TARSy's saw;
@@ -352,7 +352,7 @@ SCORING_EXPECTED_EVENTS: list[dict[str, Any]] = [
 
 
 def ours(expected: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """TARSy's events with our one deliberate difference (README): an agent's answer is
+    """TARSy's events with our one deliberate difference (docs/tarsy.md): an agent's answer is
     one item that completes as ``final_analysis``; TARSy completes an ``llm_response``
     and then creates a ``final_analysis`` copy of it."""
     events = []
