@@ -15,7 +15,7 @@ from tests.e2e.harness import deployment, launch_browser, log_in
 
 pytestmark = pytest.mark.e2e
 
-WORDS = [f"w{n:03d}" for n in range(1, 161)]
+WORDS = [f"w{n:03d}" for n in range(1, 401)]
 
 STREAMED_TEXT = """() => {
   const item = document.querySelector('#timeline .item.llm_thinking');
@@ -28,7 +28,7 @@ def test_a_crashed_web_process_loses_nothing_on_the_page(tmp_path, playwright):
     script.write_text(
         json.dumps(
             {
-                "chunk_delay": 0.05,  # ~8 s of thinking: the crash lands mid-stream
+                "chunk_delay": 0.05,  # ~20 s of thinking: the crash lands mid-stream even under load
                 "turns": [{"thinking": " ".join(WORDS), "text": "Done: nothing is broken."}],
             }
         )
