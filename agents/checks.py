@@ -149,3 +149,42 @@ def llm_use_problems(
             key = f"mcp_servers.{server.id}.summarization"
             pick(key, summarization.llm_provider, summarization.llm_backend, key)
     return list(problems.values())
+
+
+@register()
+def check_memory_embedder(app_configs, databases=None, **kwargs) -> list[CheckMessage]:
+    """Lessons stored by another embedder than the configured one are never recalled
+    (sessions/selectors/memory.py) until ``manage.py tarsy_reembed`` embeds them again.
+    Asked where the database is meant to be (``check --database default``, ``migrate``)."""
+    if not databases or LOAD_ERROR:
+        return []
+    from agents.memory import memory_embedder
+    from llm.embeddings import EmbeddingFailed
+    from sessions.models import InvestigationMemory
+
+    try:
+        config = get_config()
+        if not config.defaults.memory.enabled:
+            return []
+        embedder = memory_embedder(config)
+        stale = InvestigationMemory.objects.exclude(
+            embedding_model=embedder.name, dimensions=embedder.dimensions
+        )
+        count = stale.count()
+        kinds = stale.order_by().values_list("embedding_model", "dimensions").distinct()
+        made_by = sorted(
+            f"{name or 'no embedder'} ({size or 0} dimensions)" for name, size in kinds
+        )
+    except (ConfigError, EmbeddingFailed, DatabaseError):
+        return []  # reported by check_configuration, or not migrated yet
+    if not count:
+        return []
+    return [
+        Warning(
+            f"{count} stored lesson{'s were' if count > 1 else ' was'} embedded by "
+            f"{', '.join(made_by)}, not by the configured embedder {embedder.name} "
+            f"({embedder.dimensions} dimensions): they are not recalled until "
+            "`manage.py tarsy_reembed` embeds them again.",
+            id="tarsy.W030",
+        )
+    ]

@@ -173,13 +173,6 @@ def file_warnings(file: TarsyFile, skills: Collection[str] = ()) -> list[Problem
                     "give it one"
                 )
                 warnings.append(((*loc, index), message))
-    memory = file.defaults.memory
-    if memory is not None and memory.enabled and memory.embedding.provider:
-        message = (
-            "accepted, not used yet: memory embeds with the built-in local embedder "
-            "(local-hashing-v1), which needs no key; a provider's embeddings come later"
-        )
-        warnings.append((("defaults", "memory", "embedding"), message))
     if not skills:
         message = "no skills are defined (no skill file under skills/), so this names none"
         warnings += [(loc, message) for loc, names in _skill_refs(file) if names]

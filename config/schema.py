@@ -100,6 +100,7 @@ from config.types import (
     SystemConfig,
     TarsyConfig,
 )
+from llm.embeddings import EMBEDDING_PROVIDERS
 from llm.registry import backend_names
 from llm.types import NATIVE_TOOLS
 from masking.patterns import KNOWN_PATTERNS, PATTERN_GROUPS
@@ -502,13 +503,29 @@ class AlertMaskingSchema(Schema):
     pattern_group: PatternGroup = AlertMasking.pattern_group
 
 
+def _embedding_provider(value: str) -> str | None:
+    if value and value not in EMBEDDING_PROVIDERS:
+        return f"unknown embedding provider {value!r}; allowed: {', '.join(EMBEDDING_PROVIDERS)}"
+    return None
+
+
 class EmbeddingSchema(Schema):
+    """TARSy's ``defaults.memory.embedding``: a provider's embedding model for memory;
+    absent, the built-in local embedder (llm/embeddings.py)."""
+
     target = EmbeddingConfig
-    provider: Text = ""
+    provider: Annotated[Text, check(_embedding_provider)] = ""
     model: Text = ""
     api_key_env: Text = ""
     dimensions: PositiveInt | None = None
-    base_url: Text = ""
+    base_url: Annotated[Text, check(lambda url: url and _http_url(url))] = ""
+
+    def build(self) -> EmbeddingConfig:
+        embedding = build(self, EmbeddingConfig)
+        if not embedding.provider and self.model_fields_set:
+            # A block that names no provider: TARSy's default, Google.
+            embedding = dataclasses.replace(embedding, provider=EMBEDDING_PROVIDERS[0])
+        return embedding
 
 
 class MemorySchema(Schema):

@@ -261,8 +261,9 @@ class AlertMasking:
 
 @dataclass(frozen=True)
 class EmbeddingConfig:
-    """TARSy's ``defaults.memory.embedding``: a provider's embedding model. Not reached
-    yet: the local embedder (llm/embeddings.py) serves, and the check says so."""
+    """TARSy's ``defaults.memory.embedding``: a provider's embedding model (``google`` or
+    ``openai``, llm/embeddings.py); no provider: the built-in local embedder. Empty
+    fields take the provider's defaults (``GoogleEmbedder``, ``OpenAIEmbedder``)."""
 
     provider: str = ""
     model: str = ""

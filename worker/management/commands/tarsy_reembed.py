@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.memory import memory_embedder
 from config.loader import get_config
-from llm.embeddings import to_blob
+from llm.embeddings import EmbeddingFailed, to_blob
 from sessions.models import InvestigationMemory
 
 BAR = 30
@@ -40,7 +40,10 @@ class Command(BaseCommand):
         batch = max(1, options["batch"])
         for start in range(0, len(ids), batch):
             rows = list(InvestigationMemory.objects.filter(id__in=ids[start : start + batch]))
-            vectors = embedder.embed([row.content for row in rows], "document")
+            try:
+                vectors = embedder.embed([row.content for row in rows], "document")
+            except EmbeddingFailed as problem:  # what is done so far stays done
+                raise CommandError(f"{problem}; {start} of {len(ids)} re-embedded") from None
             for row, vector in zip(rows, vectors, strict=True):
                 row.embedding = to_blob(vector)
                 row.embedding_model, row.dimensions = embedder.name, embedder.dimensions
