@@ -12,6 +12,7 @@ score row (timed out by recovery) writes nothing more.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import json
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 from agents.controller import AgentRun, NoTools, SingleShotController, _describe
 from agents.executor import LEASE_LOST, Stop, run_leased
-from agents.memory import reflect
+from agents.memory import ReflectionFailed, reflect, reflect_on_feedback
 from agents.prompts import (
     SCORING_CORRECTION,
     SCORING_EVALUATION_REQUEST,
@@ -45,6 +46,7 @@ from llm.types import ConversationMessage, Role
 from sessions.models import (
     AgentExecution,
     AlertSession,
+    FeedbackReflection,
     MCPInteraction,
     ScoreStatus,
     Stage,
@@ -52,8 +54,9 @@ from sessions.models import (
     TimelineEvent,
     TimelineEventType,
 )
+from sessions.services import reflection as reflection_services
 from sessions.services import scoring as score_services
-from sessions.services.leases import Interruption, LeaseLost, ScoreLease
+from sessions.services.leases import FeedbackLease, Interruption, LeaseLost, ScoreLease
 from sessions.services.scoring import ScoreResult
 from sessions.services.shutdown import score_requeue
 
@@ -410,4 +413,86 @@ async def _score(lease: ScoreLease, stop: Stop, control: RunControl) -> str:
             error_message=outcome.error,
         ),
     )
+    return ScoreStatus.COMPLETED
+
+
+# --- the feedback Reflector ----------------------------------------------------------------
+
+FEEDBACK_TIMEOUT = 180.0  # seconds for the whole run (TARSy's three minutes)
+
+
+async def execute_feedback_reflection(
+    lease: FeedbackLease, *, should_stop: Callable[[], Interruption | None] | None = None
+) -> str:
+    """Draw lessons from one reviewer's feedback (sessions/services/reflection.py), with
+    the scoring agent's model, held like a scoring (``run_leased``)."""
+    try:
+        return await run_leased(
+            lease,
+            _reflect_on_feedback,
+            name=f"feedback-{lease.reflection_id}",
+            should_stop=should_stop,
+            end=reflection_services.feedback_reflection_end,
+            requeue=reflection_services.feedback_reflection_requeue,
+        )
+    except LeaseLost:
+        logger.warning("feedback reflection %s: lease lost", lease.reflection_id)
+        return LEASE_LOST
+
+
+async def _reflect_on_feedback(lease: FeedbackLease, stop: Stop, control: RunControl) -> str:
+    reflection = await db(FeedbackReflection.objects.select_related("session").get)(
+        id=lease.reflection_id
+    )
+    session = reflection.session
+    end = reflection_services.feedback_reflection_end
+    try:
+        agent = await db(lambda: resolve(get_config(), scoring_settings(session)))()
+    except ResolutionError as problem:
+        await db(end)(lease=lease, status=ScoreStatus.FAILED, error_message=str(problem))
+        return ScoreStatus.FAILED
+    execution = await db(reflection_services.feedback_reflection_start)(
+        lease=lease,
+        llm_provider=agent.choice.config.name,
+        llm_backend=agent.choice.backend,
+        model_name=agent.choice.config.model,
+    )
+    if execution is None:
+        logger.info("session %s: never scored; its feedback is not reflected on", session.id)
+        return ScoreStatus.COMPLETED
+    try:
+        learned = await asyncio.wait_for(
+            reflect_on_feedback(
+                config=get_config(),
+                session=session,
+                lease=lease,
+                agent=agent,
+                recorder=Recorder(session, execution, lease),
+                investigation=await db(investigation_text)(session),
+                feedback=reflection.feedback,
+                rating=reflection.quality_rating,
+            ),
+            FEEDBACK_TIMEOUT,
+        )
+    except LeaseLost:
+        raise
+    except TimeoutError:
+        message = f"The feedback Reflector did not finish within {FEEDBACK_TIMEOUT:g} s."
+        await db(end)(lease=lease, status=ScoreStatus.TIMED_OUT, error_message=message)
+        return ScoreStatus.TIMED_OUT
+    except Exception as exc:
+        if not isinstance(exc, ReflectionFailed):
+            logger.exception("feedback reflection %s crashed", lease.reflection_id)
+        await db(end)(
+            lease=lease, status=ScoreStatus.FAILED, error_message=f"{type(exc).__name__}: {exc}"
+        )
+        return ScoreStatus.FAILED
+    logger.info(
+        "session %s: feedback taught %d new lesson(s), reinforced %d, deprecated %d",
+        session.id,
+        len(learned.create),
+        len(learned.reinforce),
+        len(learned.deprecate),
+    )
+    await db(end)(lease=lease, status=ScoreStatus.COMPLETED)
     return ScoreStatus.COMPLETED

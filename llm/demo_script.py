@@ -92,6 +92,8 @@ TOOL_OUTPUT_TO_SUMMARISE = "## Tool output to summarise"
 INVESTIGATION_TO_SCORE = "## Investigation to score"
 TOOL_REPORT_REQUEST = "## Tool report"
 INVESTIGATION_TO_LEARN_FROM = "## Investigation to learn from"
+# Heads the reviewer's feedback in the feedback Reflector's prompt (agents/memory.py).
+FEEDBACK_TO_LEARN_FROM = "## Reviewer feedback to learn from"
 # Heads the question in a follow-up chat's prompt (agents/chat.py).
 CHAT_QUESTION = "## Follow-up question"
 
@@ -250,6 +252,8 @@ def single_shot_turn(request: GenerateRequest) -> ScriptTurn | None:
     if request.tools:
         return None
     prompt = next((m.content for m in reversed(request.messages) if m.role == Role.USER), "")
+    if FEEDBACK_TO_LEARN_FROM in prompt:
+        return _feedback_reflection(prompt)
     if INVESTIGATION_TO_LEARN_FROM in prompt:
         return _reflection(prompt)
     if TOOL_REPORT_REQUEST in prompt or INVESTIGATION_TO_SCORE in prompt:
@@ -270,9 +274,7 @@ def _reflection(prompt: str) -> ScriptTurn:
     if known:
         answer: dict[str, Any] = {"create": [], "reinforce": [{"memory_id": known[0]}]}
         return ScriptTurn(text=json.dumps(answer))
-    alert = prompt.partition("### Alert\n\n")[2].strip().splitlines()
-    kind = alert[0].removeprefix("Type: ").strip() if alert else "unknown"
-    first = next((line.strip() for line in alert[1:] if line.strip()), "")[:160]
+    kind, first = _alert_head(prompt)
     analysis = prompt.partition("### Final analysis of the session\n\n")[2]
     analysis = analysis.partition("\n### ")[0]
     sentence = next(
@@ -289,6 +291,33 @@ def _reflection(prompt: str) -> ScriptTurn:
         "content": f"For a {kind} alert like '{first}': {sentence}",
         "category": "episodic",
         "valence": "positive",
+    }
+    return ScriptTurn(text=json.dumps({"create": [lesson]}))
+
+
+def _alert_head(prompt: str, lines: int = 1) -> tuple[str, str]:
+    """The alert type and the first ``lines`` lines of the alert in an investigation's
+    text (joined by commas)."""
+    alert = prompt.partition("### Alert\n\n")[2].strip().splitlines()
+    kind = alert[0].removeprefix("Type: ").strip() if alert else "unknown"
+    head = [line.strip() for line in alert[1:] if line.strip()][:lines]
+    return kind, ", ".join(head)[:160]
+
+
+def _feedback_reflection(prompt: str) -> ScriptTurn:
+    """The demo's feedback Reflector: the reviewer's first sentence becomes a lesson
+    about alerts of this type, to avoid when the rating says the session was wrong."""
+    feedback = prompt.partition(FEEDBACK_TO_LEARN_FROM)[2].partition("<feedback>\n")[2]
+    feedback = feedback.partition("\n</feedback>")[0]
+    sentence = next((s.strip() for s in re.split(r"(?<=[.!?])\s+", feedback) if s.strip()), "")
+    if not sentence:
+        return ScriptTurn(text=json.dumps({"create": []}))
+    # Two lines of the alert: with the local embedder, a like alert must share its words.
+    kind, first = _alert_head(prompt, lines=2)
+    lesson = {
+        "content": f"For a {kind} alert like '{first}', a reviewer said: {sentence[:300]}",
+        "category": "procedural",
+        "valence": "negative" if "Rating: inaccurate" in prompt else "positive",
     }
     return ScriptTurn(text=json.dumps({"create": [lesson]}))
 

@@ -245,6 +245,7 @@ REAL_PROCESS = (
     "agents/test_with_real_sdks.py",
     "agents/test_skills.py::test_an_agent_loads_a_skill_and_shows_its_required_ones",
     "agents/test_memory_runs.py",
+    "agents/test_feedback_reflector.py",
     "agents/test_chat.py::test_the_demo_provider_answers_a_question_with_what_it_found_and_sees_now",
     "compat/test_rest_compat.py::test_active_and_filter_options",
     "compat/test_rest_compat.py::test_cancel",

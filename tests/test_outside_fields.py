@@ -49,12 +49,15 @@ from sessions import services
 from sessions.models import (
     AlertSession,
     ChatMessage,
+    FeedbackReflection,
     LLMInteraction,
     MCPInteraction,
+    MemoryEvent,
     SlackMessage,
     TimelineEvent,
 )
 from sessions.services import scoring as score_services
+from sessions.services.reflection import feedback_reflection_end
 from tests import secrets_corpus
 from tests.conftest import running_session
 from tests.sessions.slack_server import LocalSlack
@@ -150,6 +153,12 @@ FIELDS: dict[str, Source] = {
     f"{S}.InvestigationMemory.alert_type": internal("the source session's"),
     f"{S}.InvestigationMemory.chain_id": internal("the source session's"),
     f"{S}.InvestigationMemory.embedding_model": internal("our embedder's name"),
+    f"{S}.MemoryEvent.memory_ref": internal("a memory's UUID"),
+    f"{S}.MemoryEvent.kind": STATUS,
+    f"{S}.MemoryEvent.actor": WHO,
+    f"{S}.MemoryEvent.details": derived(
+        "a memory's masked content (cut), its choices and numbers, a checked rating"
+    ),
     f"{S}.Stage.name": internal("a stage of tarsy.yaml, or one of our fixed names"),
     f"{S}.Stage.stage_type": STATUS,
     f"{S}.Stage.parallel_type": STATUS,
@@ -246,6 +255,12 @@ FIELDS: dict[str, Source] = {
     f"{S}.SessionScore.score_triggered_by": WHO,
     f"{S}.SessionScore.error_message": outside("sessions.services.scoring._end" + ERROR),
     f"{S}.SessionScore.worker_id": WORKER,
+    f"{S}.FeedbackReflection.status": STATUS,
+    f"{S}.FeedbackReflection.triggered_by": WHO,
+    f"{S}.FeedbackReflection.feedback": derived("a copy of the session's, masked"),
+    f"{S}.FeedbackReflection.quality_rating": internal("one of QualityRating, checked"),
+    f"{S}.FeedbackReflection.error_message": outside("sessions.services.reflection._end" + ERROR),
+    f"{S}.FeedbackReflection.worker_id": WORKER,
     f"{S}.SlackMessage.kind": STATUS,
     f"{S}.SlackMessage.status": STATUS,
     f"{S}.SlackMessage.channel": internal("system.slack.channel of tarsy.yaml"),
@@ -371,6 +386,7 @@ def page_leaks(browser: Client) -> list[str]:
         paths += [
             f"/sessions/{session_id}/",
             f"/sessions/{session_id}/trace/",
+            f"/sessions/{session_id}/trace/marks/",
             f"/sessions/{session_id}/chat/",
             f"/sessions/new/?from={session_id}",
         ]
@@ -387,6 +403,12 @@ def page_leaks(browser: Client) -> list[str]:
             )
         ]
     paths += [f"/items/{i}/body/?all=1" for i in TimelineEvent.objects.values_list("id", flat=True)]
+    # The memory page, and each memory's (with its audit history).
+    paths += ["/memories/?deprecated=all"]
+    paths += [
+        f"/memories/{ref}/"
+        for ref in MemoryEvent.objects.values_list("memory_ref", flat=True).distinct()
+    ]
     return _leaks(browser, paths)
 
 
@@ -497,12 +519,15 @@ def test_a_runbook_url_holding_a_secret_is_refused(client, api_token, browser_cl
     f"{S}.ChatMessage.author",
     f"{S}.ChatMessage.cancelled_by",
     f"{S}.SessionScore.score_triggered_by",
+    f"{S}.FeedbackReflection.triggered_by",
     f"{S}.TimelineEvent.content",
 )
 def test_who_acts_through_a_trusted_proxy_and_what_they_write_are_masked(
-    client, api_token, browser_client, settings
+    client, api_token, browser_client, settings, tarsy_config
 ):
     settings.TARSY_TRUSTED_PROXIES = ["127.0.0.1"]  # the test client's address
+    # Memory on: the review's feedback queues a feedback Reflector, named for its reviewer.
+    tarsy_config(lambda config: config["defaults"].update(memory={"enabled": True}))
     proxy = {"HTTP_X_FORWARDED_USER": TOKEN}
 
     def send(method: str, path: str, body: dict[str, Any]) -> None:
@@ -573,8 +598,9 @@ def test_cancel_reasons_from_the_api_and_the_page_are_masked(client, api_token, 
     f"{S}.LLMInteraction.error_message",
     f"{S}.ChatMessage.error_message",
     f"{S}.SessionScore.error_message",
+    f"{S}.FeedbackReflection.error_message",
 )
-def test_errors_are_masked_where_they_are_stored(client, api_token, browser_client):
+def test_errors_are_masked_where_they_are_stored(client, api_token, browser_client, tarsy_config):
     """What the worker writes when things fail, through the services it calls: each error
     quotes what a server or an exception said."""
     session, lease = running_session()
@@ -619,6 +645,21 @@ def test_errors_are_masked_where_they_are_stored(client, api_token, browser_clie
     score_lease = services.score_claim(score_id=score.id, worker_id="test-worker")
     score_services.score_fail(
         lease=score_lease, execution=None, error_message=f"Internal error: {TOKEN}"
+    )
+    tarsy_config(lambda config: config["defaults"].update(memory={"enabled": True}))
+    services.review_apply(
+        session_id=session.id,
+        change=services.ReviewChange(
+            action="complete", quality_rating="accurate", investigation_feedback="limits"
+        ),
+        actor="alice",
+    )
+    reflection = FeedbackReflection.objects.get(session=session)
+    reflection_lease = services.feedback_reflection_claim(
+        reflection_id=reflection.id, worker_id="test-worker"
+    )
+    feedback_reflection_end(
+        lease=reflection_lease, status="failed", error_message=f"Internal error: {TOKEN}"
     )
     assert_arrived_masked(*test_errors_are_masked_where_they_are_stored.plants)
     assert_canary_nowhere(client, api_token, browser_client)
@@ -733,6 +774,53 @@ def test_the_admin_refuses_a_provider_holding_a_secret(client, api_token, browse
     assert all("looks like it holds a secret" in " ".join(errors[field]) for field in typed)
     assert not LLMProvider.objects.exists()
     assert CANARY not in admin.get("/admin/llm/llmprovider/").content.decode()
+    assert_canary_nowhere(client, api_token, browser_client)
+
+
+@plants(f"{S}.MemoryEvent.actor")
+def test_who_rates_a_sessions_lessons_through_a_trusted_proxy_is_masked_in_their_audit(
+    client, api_token, browser_client, settings, user
+):
+    from llm.embeddings import LocalHashingEmbedder
+
+    settings.TARSY_TRUSTED_PROXIES = ["127.0.0.1"]  # the test client's address
+    proxy = {"HTTP_X_FORWARDED_USER": TOKEN}
+    session_id = post_alert(client, {"data": "pod down"}, **proxy).json()["session_id"]
+    memory = services.memory_create(
+        embedder=LocalHashingEmbedder(),
+        content=f"the registry wants {PASSWORD}",
+        category="semantic",
+        valence="positive",
+        source_session=AlertSession.objects.get(id=session_id),
+    )
+    cancelled = client.post(
+        f"/api/v1/sessions/{session_id}/cancel", data="{}", content_type="application/json", **proxy
+    )
+    assert cancelled.status_code == 200, cancelled.content
+    for change in (
+        {"action": "reopen"},  # a cancelled session starts reviewed
+        {"action": "claim"},
+        {"action": "complete", "quality_rating": "accurate"},
+    ):
+        response = client.patch(
+            "/api/v1/sessions/review",
+            data=json.dumps({"session_ids": [session_id], **change}),
+            content_type="application/json",
+            **proxy,
+        )
+        assert response.status_code == 200, response.content
+    # A staff member's edit through the API: the new content is masked in the audit too.
+    user.is_staff = True
+    user.save()
+    edited = client.patch(
+        f"/api/v1/memories/{memory.id}",
+        data=json.dumps({"content": f"now {PASSWORD}"}),
+        content_type="application/json",
+        **bearer(api_token),
+    )
+    assert edited.status_code == 200, edited.content
+    assert MemoryEvent.objects.filter(memory=memory, kind="review_adjusted").exists()
+    assert_arrived_masked(f"{S}.MemoryEvent.actor", f"{S}.MemoryEvent.details")
     assert_canary_nowhere(client, api_token, browser_client)
 
 

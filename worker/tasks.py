@@ -31,7 +31,7 @@ from django.db import close_old_connections
 
 from agents.chat import execute_chat
 from agents.executor import execute_session
-from agents.scoring import execute_scoring
+from agents.scoring import execute_feedback_reflection, execute_scoring
 from sessions import services
 from sessions.services.leases import Interruption
 from worker import engine, slack, supervision
@@ -85,6 +85,21 @@ def score_session(score_id: str) -> str:
             services.score_claim(score_id=score_id, worker_id=worker_id)
         ),
         execute=execute_scoring,
+    )
+
+
+def reflect_on_feedback(reflection_id: str) -> str:
+    """Draw lessons from one review's feedback (the feedback Reflector)."""
+    return _run(
+        reflection_id,
+        what="feedback reflection",
+        requeue_unstarted=lambda before: services.feedback_reflection_requeue_unstarted(
+            reflection_id=reflection_id, queued_before=before
+        ),
+        claim=lambda worker_id: _skipped_unless(
+            services.feedback_reflection_claim(reflection_id=reflection_id, worker_id=worker_id)
+        ),
+        execute=execute_feedback_reflection,
     )
 
 

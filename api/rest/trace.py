@@ -123,14 +123,14 @@ def _conversation_entry(message: dict[str, Any]) -> dict[str, Any]:
 
 def _iteration(call: LLMInteraction) -> int:
     """TARSy's ``iteration``: the call's place among its agent's model calls (1, 2…);
-    0 for a tool result's summary, which is not one of the agent's iterations."""
+    0 for a tool result's summary, which is not one of the agent's iterations. A
+    Reflector's call on the scoring execution is a conversation of its own (1)."""
     if call.interaction_type == "summarization":
         return 0
-    return (
-        LLMInteraction.objects.filter(execution_id=call.execution_id, id__lte=call.id)
-        .exclude(interaction_type="summarization")
-        .count()
-    )
+    earlier = LLMInteraction.objects.filter(execution_id=call.execution_id, id__lte=call.id)
+    if call.interaction_type == "memory_extraction":
+        return earlier.filter(interaction_type="memory_extraction").count()
+    return earlier.exclude(interaction_type__in=("summarization", "memory_extraction")).count()
 
 
 @router.get(

@@ -6,7 +6,7 @@ import uuid
 
 from django.db import models
 
-from sessions.models.session import AlertSession, Stage
+from sessions.models.session import AgentExecution, AlertSession, Stage
 
 
 class ReviewAction(models.TextChoices):
@@ -162,6 +162,47 @@ class SessionScore(models.Model):
 
     def __str__(self) -> str:
         return f"score of {self.session_id}: {self.total_score} ({self.status})"
+
+
+class FeedbackReflection(models.Model):
+    """One run of the feedback Reflector: what a reviewer's ``investigation_feedback``
+    teaches, drawn after the review (TARSy's ADR-0014). Held by a worker under a lease on
+    this row, as a scoring is on its ``SessionScore``; its execution joins the session's
+    scoring stage."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(
+        AlertSession, on_delete=models.CASCADE, related_name="feedback_reflections"
+    )
+    status = models.CharField(
+        max_length=20, choices=ScoreStatus.choices, default=ScoreStatus.PENDING
+    )
+    triggered_by = models.CharField(max_length=150, blank=True)
+    # The review it reflects on, as it was when the review was saved.
+    feedback = models.TextField()
+    quality_rating = models.CharField(max_length=30, blank=True)
+    execution = models.OneToOneField(
+        AgentExecution,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="feedback_reflection",
+    )
+    error_message = models.TextField(blank=True)
+    lease_token = models.UUIDField(null=True, blank=True, editable=False)
+    worker_id = models.CharField(max_length=200, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["status", "heartbeat_at"], name="feedback_status_heartbeat"),
+        ]
+
+    def __str__(self) -> str:
+        return f"feedback reflection on {self.session_id} ({self.status})"
 
 
 class SlackMessage(models.Model):

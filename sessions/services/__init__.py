@@ -32,6 +32,7 @@ from sessions.services.chat import (
 from sessions.services.events import event_publish, serialize_transaction
 from sessions.services.leases import (
     ChatLease,
+    FeedbackLease,
     Lease,
     LeaseLost,
     LeaseState,
@@ -57,8 +58,10 @@ from sessions.services.memory import (
     memories_injected,
     memory_create,
     memory_deprecate,
+    memory_edit,
     memory_reflection_apply,
     memory_reinforce,
+    memory_remove,
     memory_review_rating,
 )
 from sessions.services.queue import (
@@ -90,6 +93,10 @@ from sessions.services.records import (
     timeline_event_chunks,
     timeline_event_complete,
     timeline_payload,
+)
+from sessions.services.reflection import (
+    feedback_reflection_claim,
+    feedback_reflection_requeue_unstarted,
 )
 from sessions.services.review import (
     ReviewChange,
@@ -125,6 +132,7 @@ __all__ = [
     "ChatLease",
     "ChatRejected",
     "Claim",
+    "FeedbackLease",
     "Lease",
     "LeaseLost",
     "LeaseState",
@@ -156,6 +164,8 @@ __all__ = [
     "execution_progress",
     "execution_start",
     "execution_switch_provider",
+    "feedback_reflection_claim",
+    "feedback_reflection_requeue_unstarted",
     "leases_status",
     "llm_interaction_create",
     "mcp_interaction_create",
@@ -163,8 +173,10 @@ __all__ = [
     "memories_injected",
     "memory_create",
     "memory_deprecate",
+    "memory_edit",
     "memory_reflection_apply",
     "memory_reinforce",
+    "memory_remove",
     "memory_review_rating",
     "message_create",
     "review_apply",

@@ -2,7 +2,8 @@
 
 A session's lease lives on its row while it runs. Work on an ended session is fenced the
 same way by a lease on its own row: a follow-up chat answer on its ``ChatMessage``
-(``ChatLease``), a scoring on its ``SessionScore`` (``ScoreLease``). Every writer in
+(``ChatLease``), a scoring on its ``SessionScore`` (``ScoreLease``), the feedback
+Reflector on its ``FeedbackReflection`` (``FeedbackLease``). Every writer in
 ``records`` takes any of them.
 """
 
@@ -21,6 +22,7 @@ from sessions.models import (
     AlertSession,
     ChatMessage,
     ExecutionStatus,
+    FeedbackReflection,
     ScoreStatus,
     SessionScore,
 )
@@ -60,6 +62,22 @@ class ScoreLease(Lease):
     def holder(self) -> QuerySet:
         return SessionScore.objects.filter(
             id=self.score_id,
+            session_id=self.session_id,
+            lease_token=self.token,
+            status=ScoreStatus.IN_PROGRESS,
+        )
+
+
+@dataclass(frozen=True)
+class FeedbackLease(Lease):
+    """The right to write the feedback Reflector's run on an ended session (its
+    execution, items and call), held on its ``FeedbackReflection`` row."""
+
+    reflection_id: Any
+
+    def holder(self) -> QuerySet:
+        return FeedbackReflection.objects.filter(
+            id=self.reflection_id,
             session_id=self.session_id,
             lease_token=self.token,
             status=ScoreStatus.IN_PROGRESS,
@@ -116,7 +134,7 @@ def session_lease_status(*, lease: Lease) -> LeaseState | None:
         return LeaseState(
             status, cancelled_by, cancelled_executions=_cancelled_executions(stage_id=stage_id)
         )
-    if isinstance(lease, ScoreLease):
+    if isinstance(lease, ScoreLease | FeedbackLease):
         return LeaseState(ScoreStatus.IN_PROGRESS) if lease.holder().exists() else None
     row = (
         AlertSession.objects.filter(id=lease.session_id, lease_token=lease.token)

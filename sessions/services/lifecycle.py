@@ -29,7 +29,7 @@ from sessions.models import (
     TimelineEventStatus,
     TimelineEventType,
 )
-from sessions.services import followups, scoring
+from sessions.services import followups, reflection, scoring
 from sessions.services.chat import chat_answer_cancel
 from sessions.services.events import publish_session_status, serialize_transaction
 from sessions.services.leases import Lease, hold
@@ -312,4 +312,5 @@ def sessions_time_out_orphans(*, threshold_seconds: float) -> list[Any]:
         reaped.append(session_id)
     # Scorings run by workers too; the same staleness ends theirs (sessions untouched).
     scoring.scores_time_out_orphans(threshold_seconds=threshold_seconds)
+    reflection.feedback_reflections_time_out_orphans(threshold_seconds=threshold_seconds)
     return reaped

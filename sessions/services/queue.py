@@ -25,6 +25,7 @@ from sessions.models import (
     TimelineEventStatus,
     WorkerCluster,
 )
+from sessions.services.reflection import feedback_reflections_requeue_lost
 from sessions.services.scoring import scores_requeue_lost
 
 OPEN_CHAT_STATUSES = [
@@ -66,6 +67,7 @@ def sessions_requeue_lost(*, older_than_seconds: float) -> list[Any]:
                 requeued.append(session_id)
     # A pending score's task can be lost the same way; its recovery counts apart.
     scores_requeue_lost(older_than_seconds=older_than_seconds)
+    feedback_reflections_requeue_lost(older_than_seconds=older_than_seconds)
     return requeued
 
 

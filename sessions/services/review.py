@@ -29,6 +29,7 @@ from sessions.models import (
 )
 from sessions.services.events import event_publish
 from sessions.services.memory import memory_review_rating
+from sessions.services.reflection import feedback_reflection_request
 
 # Per text field (action taken, feedback): a review note, not a document.
 REVIEW_TEXT_LIMIT = 20_000
@@ -194,12 +195,13 @@ def review_apply(
         raise ReviewNotFound() from None
     steps = [s for s in _steps(change, actor) if expected is None or s.from_status == expected]
     with transaction.atomic():
-        rated = (
+        before = (
             AlertSession.objects.select_for_update()
             .filter(id=session_id)
-            .values_list("quality_rating", flat=True)
+            .values_list("quality_rating", "investigation_feedback")
             .first()
         )
+        rated, feedback = before or ("", "")
         for step in steps:
             updated = AlertSession.objects.filter(
                 id=session_id, review_status=step.from_status
@@ -208,7 +210,14 @@ def review_apply(
                 session = AlertSession.objects.get(id=session_id)
                 _record(session, change.action, step, actor)
                 # The lessons the session taught are trusted as much as it now is.
-                memory_review_rating(session=session, old=rated or "", new=session.quality_rating)
+                memory_review_rating(
+                    session=session, old=rated or "", new=session.quality_rating, actor=actor
+                )
+                if session.investigation_feedback and (
+                    session.investigation_feedback != feedback or session.quality_rating != rated
+                ):
+                    # What the reviewer wrote is worth remembering (TARSy's feedback Reflector).
+                    feedback_reflection_request(session=session, triggered_by=actor)
                 return session
         if not AlertSession.objects.filter(id=session_id).exists():
             raise ReviewNotFound()

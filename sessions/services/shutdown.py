@@ -43,6 +43,7 @@ from sessions.services.leases import ChatLease, Lease, LeaseLost, ScoreLease
 from sessions.services.lifecycle import close_open_work
 from sessions.services.queue import session_enqueue, sessions_dispatch_waiting
 from sessions.services.records import execution_close, item_create, next_stage_index
+from sessions.services.reflection import feedback_reflection_requeue_unstarted
 
 OPEN = (ExecutionStatus.PENDING, ExecutionStatus.ACTIVE)
 
@@ -92,6 +93,9 @@ _UNSTARTED = {
     ),
     "worker.tasks.score_session": lambda work_id, before: score_requeue_unstarted(
         score_id=work_id, queued_before=before
+    ),
+    "worker.tasks.reflect_on_feedback": lambda work_id, before: (
+        feedback_reflection_requeue_unstarted(reflection_id=work_id, queued_before=before)
     ),
 }
 # Rows queued before the task bodies moved to worker/ name them ``sessions.tasks.*``.

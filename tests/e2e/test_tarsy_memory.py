@@ -205,11 +205,17 @@ def _replay(
     status = run.wait_status(session_id)
     scoring = _scoring_done(run, session_id) if scored and status == "completed" else None
     chat = run.ask(session_id, question) if question and status == "completed" else None
+    outputs = _collect(run, name, session_id, since)
+    outputs["chat"] = chat
+    outputs["scoring"] = scoring
+    return outputs
+
+
+def _collect(run: Running, name: str, session_id: str, since: int) -> dict[str, Any]:
+    """What the API says of a session now (and the model calls since call ``since``)."""
     outputs = run.outputs(session_id)
     outputs["llm_calls"] = outputs["llm_calls"][since:]
     outputs["session_id"] = session_id
-    outputs["chat"] = chat
-    outputs["scoring"] = scoring
     outputs["injected"] = run.get(f"/sessions/{session_id}/injected-memories")
     outputs["taught"] = run.get(f"/sessions/{session_id}/memories")
     details = {}
@@ -404,7 +410,11 @@ def _our_interactions(outputs: dict[str, Any]) -> list[tuple[str, dict[str, Any]
 
 
 def _trace_interaction_differences(
-    scenario: str, outputs: dict[str, Any], *, skip: tuple[str, ...] = ()
+    scenario: str,
+    outputs: dict[str, Any],
+    *,
+    skip: tuple[str, ...] = (),
+    last: tuple[str, ...] = (),
 ) -> list[str]:
     """TARSy's trace detail files, in its order and by its names (less ``skip``): what
     each call was, sent and answered (the messages' roles; the MCP tools' results word for
@@ -413,6 +423,8 @@ def _trace_interaction_differences(
     tools' results). The memory tools' results are asserted by the tests themselves."""
     ours = _our_interactions(outputs)
     golden = [g for g in golden_interactions(SCENARIOS / scenario) if not g[0].endswith(skip)]
+    # ``last``: agents whose calls come after the others' in ours (stable otherwise).
+    golden.sort(key=lambda g: g[0].split("_")[1] in last)
     theirs_names = [name.split("_", 1)[1] for name, _, _ in golden]
     if [name for name, _ in ours] != theirs_names:
         return [f"ours {[n for n, _ in ours]}, TARSy {theirs_names}"]
@@ -750,7 +762,49 @@ def reflector_config(tmp_path_factory) -> dict[str, Any]:
             runs["crud"] = outputs
         except Exception as exc:
             runs["crud"] = {"error": exc, "log": run.tarsy.log_tail(80)}
+        try:
+            # TestE2E_MemoryFeedbackReflector, on an empty store.
+            _shell(run, EMPTY_STORE)
+            _use_script(run, REFLECTOR / "feedback.json")
+            since = len(run.scenario.llm_calls())
+            scored = _replay(
+                run, "feedback-scored", "test-memory-reflector", "Pod OOMKilled in production",
+                scored=True,
+            )  # fmt: skip
+            session_id = scored["session_id"]
+            review = {
+                "session_ids": [session_id],
+                "action": "complete",
+                "quality_rating": "partially_accurate",
+                "action_taken": "Needs more evidence on resource limits.",
+                "investigation_feedback": FEEDBACK,
+            }
+            run.call("PATCH", "/sessions/review", review, expect=(200,))
+            wait(lambda: _feedback_reflector_ended(run, session_id), "the feedback Reflector")
+            outputs = _collect(run, "feedback", session_id, since)
+            outputs["initial"] = scored["taught"]
+            outputs["scoring"] = scored["scoring"]
+            runs["feedback"] = outputs
+        except Exception as exc:
+            runs["feedback"] = {"error": exc, "log": run.tarsy.log_tail(80)}
     return runs
+
+
+FEEDBACK = (
+    "The investigation missed checking Kubernetes resource limits. Always verify limits "
+    "before diagnosing OOM."
+)
+
+
+def _feedback_reflector_ended(run: Running, session_id: str) -> str | None:
+    for stage in run.get(f"/sessions/{session_id}")["stages"]:
+        for execution in stage["executions"]:
+            if execution["agent_name"] == "FeedbackReflector" and execution["status"] not in (
+                "pending",
+                "active",
+            ):
+                return execution["status"]
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -879,3 +933,77 @@ def test_memory_off_puts_no_lessons_and_no_memory_tools_in_the_prompt(disabled):
     assert "search_past_sessions" not in _tools(calls[0])
     assert disabled["injected"] == []
     assert not [i for i in disabled["timeline"] if i["event_type"] == "memory_injected"]
+
+
+# --- TestE2E_MemoryFeedbackReflector ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def feedback(reflector_config) -> dict[str, Any]:
+    outputs = replayed(reflector_config, "feedback")
+    assert outputs["session"]["status"] == "completed", outputs["log"]
+    assert outputs["scoring"] == "completed", outputs["log"]
+    return outputs
+
+
+def test_feedback_reflector_runs_after_the_review_on_the_scoring_stage(feedback):
+    # Investigation 2 + executive summary 1 + scoring 2 + Reflector 1 + feedback 1 = 7.
+    calls = feedback["llm_calls"]
+    assert len(calls) == 7
+    assert all(call["answered"] for call in calls)
+    [scoring] = [s for s in feedback["session"]["stages"] if s["stage_type"] == "scoring"]
+    agents = {e["agent_name"]: e["status"] for e in scoring["executions"]}
+    assert agents == {"ScoringAgent": "completed", "FeedbackReflector": "completed"}
+    # What it is sent: the investigation, the review and the session's lesson.
+    prompt = _user_prompt(calls[6])
+    assert FEEDBACK in prompt
+    assert "partially_accurate" in prompt
+    assert "pod-1 is OOMKilled with 5 restarts" in prompt
+    assert "OOMKilled pods need memory metrics verification" in prompt
+
+
+def test_feedback_lowers_the_old_lesson_and_keeps_a_trusted_new_one(feedback):
+    [initial] = feedback["initial"]
+    assert initial["content"] == "OOMKilled pods need memory metrics verification"
+    lessons = {m["id"]: m for m in feedback["taught"]}
+    assert len(lessons) == 2
+    # partially_accurate: the session's lesson is trusted 0.6 times as much.
+    assert lessons[initial["id"]]["confidence"] == pytest.approx(initial["confidence"] * 0.6)
+    [new] = [m for i, m in lessons.items() if i != initial["id"]]
+    assert new["content"] == "Always check Kubernetes resource limits before OOM diagnosis"
+    assert new["confidence"] == pytest.approx(0.9)
+    assert new["source_session_id"] == feedback["session_id"]
+
+
+def _reflector_adapt(theirs: dict[str, Any], ours: dict[str, Any]) -> dict[str, Any]:
+    """Ours: a Reflector's answer is an ``llm_response`` (TARSy: ``final_analysis``): it
+    is what the session teaches, not an analysis of the alert."""
+    if theirs["event_type"] == "final_analysis" and theirs["agent"] in REFLECTORS:
+        return {**theirs, "event_type": "llm_response"}
+    return theirs
+
+
+# The agents whose last answer is a Reflector's (the scoring execution's is its Reflector's).
+REFLECTORS = ("FeedbackReflector", "ScoringAgent")
+
+
+def test_feedback_timeline_is_tarsys_golden(feedback):
+    assert _timeline_differences("memory-feedback", feedback, _reflector_adapt) == []
+
+
+def test_feedback_trace_list_is_tarsys_golden(feedback):
+    # Ours: the FeedbackReflector's execution comes after the ScoringAgent's, whose stage
+    # it joined later (TARSy: index 0, before it).
+    golden = _golden("memory-feedback", "trace_list")
+    [stage] = [s for s in golden["stages"] if s["stage_type"] == "scoring"]
+    stage["executions"].reverse()
+    ours = without_durations(feedback["trace"])
+    assert differences(golden, ours) == []
+
+
+def test_feedback_trace_interactions_are_tarsys_golden(feedback):
+    # Ours: the FeedbackReflector's call after the ScoringAgent's (TARSy: before).
+    assert (
+        _trace_interaction_differences("memory-feedback", feedback, last=("FeedbackReflector",))
+        == []
+    )
