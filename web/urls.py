@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import path
 
 from web.views import chat as chat_views
+from web.views import memories as memory_views
 from web.views import review as review_views
 from web.views import scoring as scoring_views
 from web.views import sessions as views
@@ -19,6 +20,15 @@ urlpatterns = [
     path("sessions/<uuid:session_id>/review/", review_views.session_review, name="review"),
     path("system/", views.system, name="system"),
     path("usage/", usage_views.usage_page, name="usage"),
+    path("memories/", memory_views.memory_list, name="memories"),
+    path("memories/<uuid:memory_id>/", memory_views.memory_detail, name="memory"),
+    path("memories/<uuid:memory_id>/edit/", memory_views.memory_edit, name="memory-edit"),
+    path(
+        "memories/<uuid:memory_id>/deprecate/",
+        memory_views.memory_deprecate,
+        name="memory-deprecate",
+    ),
+    path("memories/<uuid:memory_id>/delete/", memory_views.memory_delete, name="memory-delete"),
     path("sessions/<uuid:session_id>/", views.session_detail, name="detail"),
     path("sessions/<uuid:session_id>/cancel/", views.session_cancel, name="cancel"),
     path("sessions/<uuid:session_id>/chat/", chat_views.chat_box, name="chat-box"),
@@ -40,5 +50,10 @@ urlpatterns = [
         "sessions/<uuid:session_id>/trace/mcp/<int:interaction_id>/",
         trace_views.trace_mcp_result,
         name="trace-mcp",
+    ),
+    path(
+        "sessions/<uuid:session_id>/trace/marks/",
+        trace_views.trace_marks,
+        name="trace-marks",
     ),
 ]

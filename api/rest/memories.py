@@ -8,7 +8,6 @@ from typing import Any
 from uuid import UUID
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.utils import timezone
 from ninja import Router
 
 from agents.memory import memory_embedder
@@ -16,9 +15,8 @@ from api.rest import schemas
 from api.rest.common import iso, json_body, only_fields, respond
 from api.rest.docs import ERRORS
 from config.loader import get_config
-from llm.embeddings import to_blob
-from masking import mask_text
-from sessions.auth import ApiRejected
+from llm.embeddings import EmbeddingFailed
+from sessions.auth import ApiRejected, request_author
 from sessions.models import (
     DEFAULT_PROJECT,
     InjectedMemory,
@@ -26,13 +24,12 @@ from sessions.models import (
     MemoryCategory,
     MemoryValence,
 )
-from sessions.services.memory import MAX_LESSON_CHARS
+from sessions.services.memory import EDITABLE, MemoryRejected, memory_edit, memory_remove
 
 router = Router(tags=["memories"])
 
 PAGE_SIZE, MAX_PAGE_SIZE = 20, 200
 NOT_FOUND = "memory not found"
-EDITABLE = ("content", "category", "valence", "deprecated")
 
 
 def memory_item(memory: InvestigationMemory) -> dict[str, Any]:
@@ -116,7 +113,7 @@ def memory_get(request: HttpRequest, memory_id: UUID) -> JsonResponse:
 
 @router.patch(
     "/memories/{uuid:memory_id}",
-    response={200: dict[str, Any], **ERRORS, 404: schemas.Error},
+    response={200: dict[str, Any], **ERRORS, 404: schemas.Error, 502: schemas.Error},
 )
 def memory_update(request: HttpRequest, memory_id: UUID) -> JsonResponse:
     """Staff only: ``{content?, category?, valence?, deprecated?}``. New content is masked
@@ -125,28 +122,19 @@ def memory_update(request: HttpRequest, memory_id: UUID) -> JsonResponse:
     memory = _memory(memory_id)
     body = json_body(request, example='{"content": "...", "deprecated": true}') or {}
     only_fields(body, EDITABLE)
-    if "content" in body:
-        content = body["content"]
-        if not isinstance(content, str) or not content.strip():
-            raise ApiRejected("content must be non-empty text")
-        content = mask_text(content.strip())
-        if len(content) > MAX_LESSON_CHARS:
-            raise ApiRejected(f"content is over {MAX_LESSON_CHARS} characters; a lesson is short")
-        if content != memory.content:
-            embedder = memory_embedder(get_config())
-            memory.content = content
-            memory.embedding = to_blob(embedder.embed([content], "document")[0])
-            memory.embedding_model, memory.dimensions = embedder.name, embedder.dimensions
-    if "category" in body:
-        memory.category = _choice("category", body["category"], MemoryCategory.values)
-    if "valence" in body:
-        memory.valence = _choice("valence", body["valence"], MemoryValence.values)
-    if "deprecated" in body:
-        if not isinstance(body["deprecated"], bool):
-            raise ApiRejected("deprecated must be true or false")
-        memory.deprecated = body["deprecated"]
-    memory.updated_at = timezone.now()
-    memory.save()
+    try:
+        memory = memory_edit(
+            memory=memory,
+            actor=request_author(request),
+            changes=body,
+            embedder=lambda: memory_embedder(get_config()),
+        )
+    except MemoryRejected as problem:
+        raise ApiRejected(str(problem)) from None
+    except EmbeddingFailed as problem:  # nothing is changed
+        raise ApiRejected(f"the new content cannot be embedded: {problem}", 502) from None
+    except InvestigationMemory.DoesNotExist:  # deleted meanwhile
+        raise ApiRejected(NOT_FOUND, 404) from None
     return respond(memory_item(memory))
 
 
@@ -154,7 +142,7 @@ def memory_update(request: HttpRequest, memory_id: UUID) -> JsonResponse:
 def memory_delete(request: HttpRequest, memory_id: UUID) -> HttpResponse:
     """Staff only."""
     _staff(request)
-    _memory(memory_id).delete()
+    memory_remove(memory=_memory(memory_id), actor=request_author(request))
     return HttpResponse(status=204)
 
 

@@ -82,3 +82,49 @@ class InjectedMemory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.memory_id} in {self.session_id}"
+
+
+class MemoryEventKind(models.TextChoices):
+    CREATED = "created"  # a Reflector's lesson, from its session
+    REINFORCED = "reinforced"  # a Reflector saw it confirmed by a session
+    DEPRECATED = "deprecated"  # by a Reflector (with its session) or a person
+    RESTORED = "restored"  # a person took the deprecation back
+    INJECTED = "injected"  # put into a session's prompts
+    EDITED = "edited"  # a person changed its content, category or valence
+    DELETED = "deleted"  # a person deleted it (the event stays, with memory_ref)
+    REVIEW_ADJUSTED = "review_adjusted"  # a review rating of its session changed it
+
+
+class MemoryEvent(models.Model):
+    """One thing that happened to a memory, and who or which session did it: the audit
+    of the memory page. Kept after the memory is deleted (``memory_ref`` names it)."""
+
+    memory = models.ForeignKey(
+        InvestigationMemory,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="events",
+    )
+    memory_ref = models.CharField(max_length=36)  # the memory's id, kept after deletion
+    kind = models.CharField(max_length=20, choices=MemoryEventKind.choices)
+    session = models.ForeignKey(
+        AlertSession,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="memory_events",
+    )
+    actor = models.CharField(max_length=150, blank=True)  # a username; blank: the system
+    # What changed: {"field": [old, new]} (long content cut), a rating, scores.
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["memory", "created_at"]),
+            models.Index(fields=["memory_ref", "created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.memory_ref}"
