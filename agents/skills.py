@@ -20,9 +20,10 @@ from agents.controller import ToolExecutor
 from agents.resolver import AgentSettings
 from config.types import Skill, TarsyConfig
 from llm.types import ToolDefinition
+from sessions.selectors import trace_marks
 
 # A built-in tool of no server: TARSy's name, plain at the wire too.
-LOAD_SKILL = "load_skill"
+LOAD_SKILL = trace_marks.LOAD_SKILL_TOOL  # "load_skill"
 
 LOAD_SKILL_TOOL = ToolDefinition(
     LOAD_SKILL,
@@ -68,7 +69,7 @@ def skill_sections(skills: AgentSkills) -> list[str]:
     if skills.required:
         text = "\n".join(f"\n### {skill.name}\n\n{skill.body}" for skill in skills.required)
         sections.append(
-            "## Pre-loaded Skills\n\n"
+            f"{trace_marks.PRELOADED_SKILLS_HEADING}\n\n"
             "Skills provide domain-specific knowledge for your task.\n"
             "The following have been loaded automatically — use them as reference.\n"
             f"{text}".rstrip("\n")
@@ -76,7 +77,7 @@ def skill_sections(skills: AgentSkills) -> list[str]:
     if skills.on_demand:
         catalog = "".join(f"- **{s.name}**: {s.description}\n" for s in skills.on_demand)
         sections.append(
-            "## Available Skills\n\n"
+            f"{trace_marks.AVAILABLE_SKILLS_HEADING}\n\n"
             "Skills provide domain-specific knowledge that may help with your task.\n"
             "The following additional skills can be loaded on demand using the `load_skill` "
             "tool.\n"
@@ -132,7 +133,9 @@ class WithSkills:
                 f"no valid skills found for: {', '.join(invalid)}\n\nAvailable skills: {available}",
                 True,
             )
-        content = "\n\n".join(f"## Skill: {skill.name}\n\n{skill.body}" for skill in loaded)
+        content = "\n\n".join(
+            f"{trace_marks.LOADED_SKILL_HEADING}{skill.name}\n\n{skill.body}" for skill in loaded
+        )
         if invalid:
             content += (
                 f"\n\n---\nNote: the following skill names were not found: "

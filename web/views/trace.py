@@ -11,6 +11,7 @@ from django.shortcuts import get_object_or_404, render
 
 from sessions.models import AlertSession, LLMInteraction, MCPInteraction
 from sessions.selectors import trace as trace_selectors
+from sessions.selectors import trace_marks as marks_selectors
 
 
 def session_trace(request: HttpRequest, session_id) -> HttpResponse:
@@ -39,3 +40,17 @@ def trace_llm_interaction(request: HttpRequest, session_id, interaction_id: int)
 def trace_mcp_result(request: HttpRequest, session_id, interaction_id: int) -> HttpResponse:
     interaction = get_object_or_404(MCPInteraction, id=interaction_id, session_id=session_id)
     return render(request, "sessions/partials/_trace_mcp_result.html", {"interaction": interaction})
+
+
+def trace_marks(request: HttpRequest, session_id) -> HttpResponse:
+    """What memory and skills each model call carried: loaded by the page once it is shown
+    (it reads every stored request of the session), each line swapped in next to its
+    interaction."""
+    session = get_object_or_404(
+        AlertSession.objects.only("id", "alert_type", "status"), id=session_id
+    )
+    return render(
+        request,
+        "sessions/partials/_trace_marks.html",
+        {"marks": sorted(marks_selectors.session_trace_marks(session).items())},
+    )
