@@ -153,6 +153,17 @@ def scripted_provider(db, write_script):
 
 
 @pytest.fixture
+def memory_on(tarsy_config):
+    tarsy_config(lambda config: config["defaults"].update(memory={"enabled": True}))
+
+
+@pytest.fixture
+def memory_off(tarsy_config):
+    """The bundled configuration turns memory on; these tests need it off."""
+    tarsy_config(lambda config: config["defaults"].update(memory={"enabled": False}))
+
+
+@pytest.fixture
 def tarsy_config(settings, tmp_path: Path):
     """Run with a modified copy of the bundled tarsy.yaml: ``tarsy_config(change)``."""
     from config.loader import get_config

@@ -99,7 +99,9 @@ def test_it_calls_tools_feeds_results_back_and_concludes(scripted_provider):
         MCPInteraction.objects.get(session=session, interaction_type="tool_call").tool_name
         == "get_pods"
     )
-    listing = MCPInteraction.objects.get(session=session, interaction_type="tool_list")
+    listing = MCPInteraction.objects.get(
+        session=session, interaction_type="tool_list", server_name="kubernetes"
+    )
     assert "get_pod_logs" in listing.available_tools
 
     # Streamed chunks went through the event log (all but what was still gathered when

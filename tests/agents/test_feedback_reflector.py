@@ -36,11 +36,6 @@ FEEDBACK_LESSON = "Check the resource limits of payments pods before blaming the
 TOKEN = "ghp_" + "a1B2c3D4e5F6g7H8i9J0" * 2
 
 
-@pytest.fixture
-def memory_on(tarsy_config):
-    tarsy_config(lambda config: config["defaults"].update(memory={"enabled": True}))
-
-
 def reflector_answer(create=(), reinforce=(), deprecate=()) -> dict:
     return {
         "turns": [
@@ -158,7 +153,7 @@ def test_it_runs_only_for_new_feedback_with_memory_on(script, memory_on):
     assert FeedbackReflection.objects.count() == 1  # the same words again teach nothing new
 
 
-def test_with_memory_off_feedback_queues_nothing(script):
+def test_with_memory_off_feedback_queues_nothing(script, memory_off):
     script(reflector_answer())
     session = investigate(ALERT, **DEEP)
     review(session, "Check the limits.")

@@ -35,11 +35,6 @@ LESSON = (
 OOM_ALERT = "Pod payments-api-7d9f OOMKilled in namespace payments: memory limit 512Mi exceeded"
 
 
-@pytest.fixture
-def memory_on(tarsy_config):
-    tarsy_config(lambda config: config["defaults"].update(memory={"enabled": True}))
-
-
 def remembered(content: str = LESSON) -> InvestigationMemory:
     return services.memory_create(
         embedder=LocalHashingEmbedder(), content=content, category="semantic", valence="positive"
@@ -88,7 +83,7 @@ def test_a_like_alert_gets_the_lesson_and_an_unrelated_one_none(scripted_provide
     assert not TimelineEvent.objects.filter(session=other, event_type="memory_injected").exists()
 
 
-def test_with_memory_off_nothing_is_recalled(scripted_provider):
+def test_with_memory_off_nothing_is_recalled(scripted_provider, memory_off):
     remembered()
     scripted_provider([{"text": "The memory limit is too low."}])
     session = investigate(OOM_ALERT)

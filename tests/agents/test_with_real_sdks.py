@@ -128,6 +128,8 @@ def test_an_agents_native_tools_reach_gemini_when_it_has_no_mcp_tools(
         agent = config["agents"]["KubernetesAgent"]
         agent["mcp_servers"] = []
         agent["native_tools"] = ["google_search"]
+        # Memory's tools are function tools too: native tools reach Gemini without any.
+        config["defaults"]["memory"] = {"enabled": False}
         scripted_summaries(config)
 
     tarsy_config(no_mcp_but_search)

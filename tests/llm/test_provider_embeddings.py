@@ -554,5 +554,5 @@ def test_a_session_and_its_score_succeed_when_the_embedder_cannot_embed(
     score.refresh_from_db()
     assert (score.status, score.total_score) == ("completed", 80)
     assert InvestigationMemory.objects.count() == 1  # the one learned with the key
-    assert "the reflection failed" in caplog.text
+    assert "no reflection, the embedder failed" in caplog.text
     assert KEY not in caplog.text

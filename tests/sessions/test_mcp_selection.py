@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
+from agents.memory import MEMORY_TOOLS
 from sessions import services
 from sessions.models import AlertSession, LLMInteraction, MCPServerHealth, TimelineEvent
 from tests.sessions.test_api import post_alert
@@ -151,7 +152,7 @@ def test_the_agent_gets_only_the_selected_tools(scripted_provider):
     )
     assert run_session(str(session.id)) == "completed"
     first = LLMInteraction.objects.filter(session=session, interaction_type="iteration").first()
-    assert first.tools == ["kubernetes.get_pods"]
+    assert mcp_tools(first) == ["kubernetes.get_pods"]
     # The (scripted) model can call only what it was offered.
     calls = TimelineEvent.objects.filter(session=session, event_type="llm_tool_call")
     assert [c.metadata["tool_name"] for c in calls] == ["kubernetes.get_pods"]
@@ -193,7 +194,7 @@ def test_the_selection_replaces_the_agents_servers(scripted_provider):
     )
     assert run_session(str(session.id)) == "completed"
     first = LLMInteraction.objects.filter(session=session, interaction_type="iteration").first()
-    assert sorted(first.tools) == ["changes.get_deployments", "changes.get_events"]
+    assert sorted(mcp_tools(first)) == ["changes.get_deployments", "changes.get_events"]
 
 
 def test_native_tool_switches_apply_on_top_of_the_providers_own():
@@ -209,3 +210,9 @@ def test_native_tool_switches_apply_on_top_of_the_providers_own():
     )
     switched = _switch_native_tools(choice, {"google_search": False, "code_execution": True})
     assert switched.config.native_tools == ("url_context", "code_execution")
+
+
+def mcp_tools(call) -> list[str]:
+    """The MCP servers' tools a call offered (memory's own tools come with memory on,
+    whatever the selection: it chooses MCP servers)."""
+    return [tool for tool in call.tools if tool not in MEMORY_TOOLS]

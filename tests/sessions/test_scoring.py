@@ -172,7 +172,9 @@ def test_a_malformed_answer_is_sent_back_once_with_a_correction(scripted_provide
     session = ended()
     score = score_now(session)
     assert (score.status, score.total_score) == ("completed", 71)
-    calls = LLMInteraction.objects.filter(session=session).order_by("id")
+    calls = LLMInteraction.objects.filter(session=session, interaction_type="scoring").order_by(
+        "id"
+    )
     assert calls.count() == 3
     correction = calls[1].request_messages[-1]
     assert correction["role"] == "user"
@@ -230,7 +232,7 @@ def test_running_a_score_task_twice_scores_once(scripted_provider):
     score = session.scores.get()
     assert score_session(str(score.id)) == "completed"
     assert score_session(str(score.id)) == "skipped"
-    assert LLMInteraction.objects.filter(session=session).count() == 2
+    assert LLMInteraction.objects.filter(session=session, interaction_type="scoring").count() == 2
 
 
 def test_a_worker_that_lost_its_score_writes_nothing(scripted_provider):
