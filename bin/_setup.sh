@@ -15,8 +15,17 @@ if [ ! -x .venv/bin/python ]; then
 fi
 STAMP=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)${EXTRAS:+-$EXTRAS}"
 if [ ! -f "$STAMP" ]; then
-  echo "==> installing dependencies (pinned in pyproject.toml)"
+  echo "==> upgrading pip"
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".${EXTRAS:+[$EXTRAS]}"
+  echo "==> installing dependencies (pinned in pyproject.toml; a first install takes a few minutes)"
+  # In a terminal pip shows its own progress (a line per package, download bars); in a
+  # log (CI) it stays quiet. setuptools announces every editable install with an
+  # "Editable installation." notice box, which pip forwards as a warning: it says
+  # nothing about TARSy, so it is filtered out.
+  progress=(--quiet)
+  [ -t 1 ] && progress=(--progress-bar on)
+  PYTHONWARNINGS="ignore:Editable installation" \
+    .venv/bin/python -m pip install "${progress[@]}" -e ".${EXTRAS:+[$EXTRAS]}"
   touch "$STAMP"
+  echo "==> dependencies installed"
 fi

@@ -164,6 +164,10 @@ def _worker_pool_check() -> dict[str, Any]:
 
 
 def _queue_check() -> dict[str, Any]:
+    """Pending work that waited past ``TARSY_PENDING_RECOVERY_AFTER`` is stalled only when
+    something could have run it: a live cluster with free room (its workers times
+    ``TARSY_WORKER_SESSIONS``, under ``TARSY_MAX_CONCURRENT_SESSIONS``), or no live cluster
+    at all. Workers that are simply full make new sessions wait, which is healthy."""
     state = selectors.queue_state()
     check: dict[str, Any] = {
         "status": "healthy",
@@ -171,15 +175,44 @@ def _queue_check() -> dict[str, Any]:
         "running": state.running,
         "oldest_pending_seconds": state.oldest_pending_seconds,
     }
+    clusters = selectors.live_worker_clusters(within_seconds=cluster_silence_limit())
+    workers = sum(cluster.workers for cluster in clusters)
+    # What the live workers can run at once; the web host assumes the worker hosts'
+    # TARSY_WORKER_SESSIONS is its own (docs/operations.md: set it the same everywhere).
+    capacity = workers * settings.TARSY_WORKER_SESSIONS
     limit = settings.TARSY_MAX_CONCURRENT_SESSIONS
     at_limit = bool(limit) and state.running >= limit
+    workers_full = bool(clusters) and state.running >= capacity
+    check["capacity"] = min(capacity, limit) if limit else capacity
     waited = state.oldest_pending_seconds or 0
-    if waited > settings.TARSY_PENDING_RECOVERY_AFTER and not at_limit:
+    if waited <= settings.TARSY_PENDING_RECOVERY_AFTER:
+        if at_limit:
+            check["message"] = f"at TARSY_MAX_CONCURRENT_SESSIONS ({limit}); new sessions wait"
+        elif workers_full and state.pending:
+            check["message"] = _busy_message(workers, capacity)
+        return check
+    if not clusters:
         check["status"] = "degraded"
         check["message"] = (
-            f"the oldest pending session has waited {waited:.0f} s with room to run: "
-            "work is not being picked up"
+            f"the oldest pending session has waited {waited:.0f} s and no worker cluster "
+            "is alive to run it: work is not being picked up"
         )
     elif at_limit:
         check["message"] = f"at TARSY_MAX_CONCURRENT_SESSIONS ({limit}); new sessions wait"
+    elif workers_full:
+        check["message"] = _busy_message(workers, capacity)
+    else:
+        check["status"] = "degraded"
+        check["message"] = (
+            f"the oldest pending session has waited {waited:.0f} s while the workers have "
+            f"room ({state.running} of {check['capacity']} running): "
+            "work is not being picked up"
+        )
     return check
+
+
+def _busy_message(workers: int, capacity: int) -> str:
+    return (
+        f"all {workers} worker(s) are busy ({capacity} session(s) at once, "
+        "TARSY_WORKERS x TARSY_WORKER_SESSIONS); new sessions wait"
+    )

@@ -16,8 +16,8 @@ from sessions.models import AlertSession, SessionStatus
 pytestmark = pytest.mark.django_db
 
 
-def beat(seconds_ago: float = 0) -> None:
-    services.worker_cluster_beat(cluster_id=uuid.uuid4(), host="h", pid=1, workers=2)
+def beat(seconds_ago: float = 0, workers: int = 2) -> None:
+    services.worker_cluster_beat(cluster_id=uuid.uuid4(), host="h", pid=1, workers=workers)
     if seconds_ago:
         from sessions.models import WorkerCluster
 
@@ -64,6 +64,81 @@ def test_degraded_when_pending_work_is_not_picked_up(client, settings):
     assert queue["pending"] == 1
     assert queue["oldest_pending_seconds"] >= 90
     assert "not being picked up" in queue["message"]
+
+
+def running(count: int) -> None:
+    for _ in range(count):
+        AlertSession.objects.create(
+            alert_type="k", alert_data="d", chain_id="c", status=SessionStatus.IN_PROGRESS
+        )
+
+
+def test_degraded_when_pending_work_waits_beside_free_worker_room(client, settings):
+    settings.TARSY_PENDING_RECOVERY_AFTER = 60
+    settings.TARSY_WORKER_SESSIONS = 3
+    settings.TARSY_MAX_CONCURRENT_SESSIONS = 20
+    beat(workers=2)  # room for 6; 5 run
+    running(5)
+    pending(seconds_ago=90)
+    queue = client.get("/health").json()["checks"]["queue"]
+    assert queue["status"] == "degraded", queue
+    assert queue["capacity"] == 6
+    assert "5 of 6 running" in queue["message"]
+    assert "not being picked up" in queue["message"]
+
+
+def test_busy_workers_with_work_waiting_is_healthy(client, settings):
+    """The default two workers, full, below TARSY_MAX_CONCURRENT_SESSIONS: new sessions
+    wait for a worker, and nothing is wrong."""
+    settings.TARSY_PENDING_RECOVERY_AFTER = 60
+    settings.TARSY_WORKER_SESSIONS = 3
+    settings.TARSY_MAX_CONCURRENT_SESSIONS = 20
+    beat(workers=2)
+    running(6)
+    pending(seconds_ago=600)
+    body = client.get("/health").json()
+    assert body["status"] == "healthy", body
+    queue = body["checks"]["queue"]
+    assert queue["status"] == "healthy"
+    assert (queue["pending"], queue["running"], queue["capacity"]) == (1, 6, 6)
+    assert "all 2 worker(s) are busy" in queue["message"]
+
+
+def test_busy_workers_are_counted_across_live_clusters_only(client, settings):
+    """A dead cluster's workers give no room: two live workers full is busy, not stalled;
+    a second live cluster's free room makes the same wait a stall."""
+    settings.TARSY_PENDING_RECOVERY_AFTER = 60
+    settings.TARSY_RECOVERY_INTERVAL = 10
+    settings.TARSY_WORKER_SESSIONS = 2
+    settings.TARSY_MAX_CONCURRENT_SESSIONS = 0
+    beat(seconds_ago=120, workers=4)  # dead: silent for 4 beats
+    beat(workers=2)
+    running(4)
+    pending(seconds_ago=90)
+    assert client.get("/health").json()["checks"]["queue"]["status"] == "healthy"
+    beat(workers=1)
+    queue = client.get("/health").json()["checks"]["queue"]
+    assert queue["status"] == "degraded", queue
+    assert "4 of 6 running" in queue["message"]
+
+
+def test_pending_work_with_no_worker_at_all_is_stalled(client, settings):
+    settings.TARSY_PENDING_RECOVERY_AFTER = 60
+    pending(seconds_ago=90)
+    body = client.get("/health").json()
+    assert body["status"] == "degraded"
+    queue = body["checks"]["queue"]
+    assert queue["status"] == "degraded"
+    assert queue["capacity"] == 0
+    assert "no worker cluster is alive" in queue["message"]
+
+
+def test_recent_pending_work_is_not_a_stall(client, settings):
+    settings.TARSY_PENDING_RECOVERY_AFTER = 60
+    pending(seconds_ago=5)
+    queue = client.get("/health").json()["checks"]["queue"]
+    assert queue["status"] == "healthy", queue
+    assert "message" not in queue
 
 
 def test_waiting_for_room_under_the_limit_is_healthy(client, settings):
