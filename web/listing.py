@@ -39,6 +39,7 @@ from sessions.models import (
     SessionStatus,
 )
 from sessions.selectors.scoring import attach_latest_scores
+from sessions.selectors.session_rows import RowFacts, row_facts
 
 PAGE_SIZES = (10, 25, 50, 100)
 DEFAULT_PAGE_SIZE = 25
@@ -224,6 +225,24 @@ class ListState:
         return "descending" if self.sort.startswith("-") else "ascending"
 
     @property
+    def more_filters(self) -> int:
+        """How many of the filters folded under "More filters" are set (the compact bar
+        shows the search and the statuses; the rest open when one of them is used)."""
+        return sum(
+            bool(value)
+            for value in (
+                self.alert_type,
+                self.chain,
+                self.author,
+                self.range,
+                self.review_statuses,
+                self.assignee,
+                self.rating,
+                self.per_page != DEFAULT_PAGE_SIZE,
+            )
+        )
+
+    @property
     def start_input(self) -> str:
         return _local_input(self.start) if self.start else ""
 
@@ -284,6 +303,8 @@ class HistoryPage:
     page: Page
     snippets: dict[Any, str]
     capped: bool = False  # more matches than SEARCH_COUNT_CAP
+    # Each row's chips and analysis head (sessions.selectors.session_rows).
+    facts: dict[Any, RowFacts] = field(default_factory=dict)
 
 
 def history_page(state: ListState) -> HistoryPage:
@@ -299,8 +320,9 @@ def history_page(state: ListState) -> HistoryPage:
         page = Paginator(history(state), state.per_page).get_page(state.page)
     # Each row's score badge: the page's newest scores in one query.
     page.object_list = attach_latest_scores(list(page.object_list))
-    snippets = search.snippets([s.id for s in page.object_list], state.query) if state.query else {}
-    return HistoryPage(page, snippets, capped)
+    ids = [s.id for s in page.object_list]
+    snippets = search.snippets(ids, state.query) if state.query else {}
+    return HistoryPage(page, snippets, capped, row_facts(ids))
 
 
 class _NewestMatches:
