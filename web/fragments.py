@@ -23,6 +23,8 @@ from sessions.models import (
     StageType,
     TimelineEventType,
 )
+from sessions.selectors.scoring import attach_latest_scores
+from sessions.selectors.session_rows import row_facts
 from sessions.selectors.timeline import ExecutionNode, TimelineItem
 from web.views.chat import chat_box_html
 
@@ -98,10 +100,13 @@ def session_fragments(
         return stream_fragment(int(payload["event_id"]), payload.get("delta", ""))
     if kind == SESSION_STATUS and session is not None:
         # The chat box opens when the session ends.
-        return render_to_string(
-            "sessions/partials/_session_header.html",
-            {"session": session, "usage": usage, "live": True},
-        ) + chat_box_html(session, live=True)
+        # The answer (executive summary, final analysis) goes to the top when it ends.
+        context = {"session": session, "usage": usage, "live": True}
+        return (
+            render_to_string("sessions/partials/_session_header.html", context)
+            + render_to_string("sessions/partials/_session_answer.html", context)
+            + chat_box_html(session, live=True)
+        )
     if kind == SessionEventType.REVIEW_STATUS:
         return review_fragment(event["session_id"])
     return ""  # stage and execution events are rendered from their rows (consumers.py)
@@ -147,9 +152,15 @@ def history_fragment(state, history, columns) -> str:
 def row_fragment(session: AlertSession, *, upsert: bool) -> str:
     """A history row for the list page. In a <template> of its own: a <tr> after the
     panels' <section>s would be dropped by the HTML parser; live.js unwraps it."""
+    attach_latest_scores([session])
     row = render_to_string(
         "sessions/partials/_session_row.html",
-        {"session": session, "live": True, "upsert": upsert},
+        {
+            "session": session,
+            "facts": row_facts([session.id]).get(session.id),
+            "live": True,
+            "upsert": upsert,
+        },
     )
     return f"<template>{row}</template>"
 

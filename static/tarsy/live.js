@@ -29,29 +29,53 @@
     setState("reconnecting…");
   });
 
-  // An out-of-band fragment whose target is missing is a new item: append it where it
-  // says it belongs. Fragments without data-upsert-into (e.g. a chunk for an item that
-  // has already completed) are dropped on purpose.
-  document.addEventListener("htmx:oobErrorNoTarget", function (event) {
-    var element = event.detail.content;
-    if (!element || !element.getAttribute) { return; }
-    if (element.id === "live-reload") { window.location.reload(); return; }
-    if (element.tagName === "TEMPLATE") {
-      // A table row travels in a <template> (the HTML parser drops a bare <tr> after
-      // other elements): replace the row the page has, or upsert it.
-      Array.from(element.content.children).forEach(function (child) {
-        var existing = child.id && document.getElementById(child.id);
-        if (existing) { existing.replaceWith(child); htmx.process(child); } else { upsert(child); }
-      });
-      return;
+  // Every message is applied here rather than by the extension, so that nothing the
+  // page expects raises an htmx error: fragments whose element the page has are swapped
+  // out of band by htmx; a new item, stage, agent or row (its element is missing) is
+  // appended where its data-upsert-into says; a fragment with no target and no place
+  // (a chunk for an item that has since completed) is dropped on purpose.
+  document.addEventListener("htmx:wsBeforeMessage", function (event) {
+    var message = event.detail && event.detail.message;
+    if (typeof message !== "string" || message.charAt(0) !== "<") { return; }
+    event.preventDefault();
+    var parsed = document.createElement("template");
+    parsed.innerHTML = message;
+    var swapped = [];
+    Array.from(parsed.content.children).forEach(function (element) {
+      if (element.id === "live-reload") { window.location.reload(); return; }
+      if (element.tagName === "TEMPLATE") {
+        // A table row travels in a <template> (the HTML parser drops a bare <tr> after
+        // other elements): replace the row the page has, or upsert it.
+        Array.from(element.content.children).forEach(function (child) {
+          var existing = child.id && document.getElementById(child.id);
+          if (existing) {
+            child.removeAttribute("hx-swap-oob");
+            existing.replaceWith(child); htmx.process(child);
+          } else { upsert(child); }
+        });
+        return;
+      }
+      if (hasTarget(element)) { swapped.push(element.outerHTML); return; }
+      upsert(element);
+    });
+    if (swapped.length) {
+      htmx.swap(document.body, swapped.join(""), { swapStyle: "none", swapDelay: 0, settleDelay: 0 });
     }
-    upsert(element);
+    document.dispatchEvent(new CustomEvent("tarsy:live-applied"));
   });
+
+  function hasTarget(element) {
+    var oob = element.getAttribute("hx-swap-oob") || "true";
+    var colon = oob.indexOf(":");
+    if (colon > 0) { return !!document.querySelector(oob.substring(colon + 1)); }
+    return !!(element.id && document.getElementById(element.id));
+  }
 
   function upsert(element) {
     var into = element.getAttribute("data-upsert-into");
     var container = into && document.querySelector(into);
     if (!container) { return; }
+    element.removeAttribute("hx-swap-oob");
     if (element.getAttribute("data-upsert-position") === "afterbegin") {
       container.prepend(element);
     } else {
@@ -87,37 +111,73 @@
     }
   });
 
-  // Copy buttons: data-copy names the element whose text is copied.
+  // Copy buttons: data-copy names the element whose text is copied; data-copy-link is a
+  // share link's query (?stage=…&event=…), copied as an absolute URL of this page.
   document.addEventListener("click", function (event) {
-    var button = event.target.closest && event.target.closest("button.copy[data-copy]");
+    var button = event.target.closest &&
+      event.target.closest("button.copy[data-copy], button.copy[data-copy-link]");
     if (!button) { return; }
-    var source = document.querySelector(button.getAttribute("data-copy"));
-    if (!source) { return; }
-    var text = source.innerText;
+    var text;
+    if (button.hasAttribute("data-copy-link")) {
+      text = window.location.origin + window.location.pathname + button.getAttribute("data-copy-link");
+    } else {
+      var source = document.querySelector(button.getAttribute("data-copy"));
+      if (!source) { return; }
+      text = source.innerText;
+    }
+    var label = button.getAttribute("data-label") || button.textContent;
+    button.setAttribute("data-label", label);
     var done = function () {
       button.textContent = "Copied";
-      setTimeout(function () { button.textContent = "Copy"; }, 1500);
+      setTimeout(function () { button.textContent = label; }, 1500);
     };
     if (navigator.clipboard && window.isSecureContext) {
-      navigator.clipboard.writeText(text).then(done);
+      navigator.clipboard.writeText(text).then(done, function () { fallbackCopy(text); done(); });
     } else {  // plain http on another host: the old way still works
-      var area = document.createElement("textarea");
-      area.value = text; document.body.appendChild(area); area.select();
-      document.execCommand("copy"); area.remove(); done();
+      fallbackCopy(text); done();
     }
   });
 
-  // Deep links (#item-N): open what hides the item, then scroll to it.
-  function revealTarget() {
-    if (!/^#item-\d+$/.test(window.location.hash)) { return; }
-    var item = document.querySelector(window.location.hash);
-    if (!item) { return; }
-    for (var el = item; el; el = el.parentElement) {
+  function fallbackCopy(text) {
+    var area = document.createElement("textarea");
+    area.value = text; document.body.appendChild(area); area.select();
+    document.execCommand("copy"); area.remove();
+  }
+
+  // Deep links: #item-N (the session page), #llm-N and #mcp-N (the trace) open what hides
+  // the element, then scroll to it. The trace also takes ?stage=<id> and
+  // ?interaction=llm-N|mcp-N (its "Link" buttons), which focus and highlight it too; the
+  // session page's ?stage=&event= links are session.js's.
+  function unfold(target, inner) {
+    for (var el = target; el; el = el.parentElement) {
       if (el.tagName === "DETAILS") { el.open = true; }
     }
-    item.querySelectorAll("details").forEach(function (d) { d.open = true; });
+    if (inner) { target.querySelectorAll("details").forEach(function (d) { d.open = true; }); }
+  }
+
+  function revealTarget() {
+    if (!/^#(item|llm|mcp)-\d+$/.test(window.location.hash)) { return; }
+    var item = document.querySelector(window.location.hash);
+    if (!item) { return; }
+    unfold(item, item.classList.contains("item"));
     item.scrollIntoView({ block: "start" });
   }
+
+  function traceLink() {
+    if (!document.getElementById("trace")) { return; }
+    var params = new URLSearchParams(window.location.search);
+    var interaction = params.get("interaction") || "", stage = params.get("stage") || "";
+    var target = null;
+    if (/^(llm|mcp)-\d+$/.test(interaction)) { target = document.getElementById(interaction); }
+    if (!target && /^\d+$/.test(stage)) { target = document.getElementById("trace-stage-" + stage); }
+    if (!target) { return; }  // not this session's, or not an id: the page opens as usual
+    unfold(target, false);
+    target.setAttribute("tabindex", "-1");
+    target.classList.add("deep-linked");
+    target.focus({ preventScroll: true });
+    target.scrollIntoView({ block: "center" });
+  }
+
   window.addEventListener("hashchange", revealTarget);
-  document.addEventListener("DOMContentLoaded", revealTarget);
+  document.addEventListener("DOMContentLoaded", function () { revealTarget(); traceLink(); });
 })();

@@ -8,7 +8,13 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from config.loader import get_config
 from sessions import selectors, services
-from sessions.models import AgentExecution, AlertSession, TimelineEvent, TimelineEventStatus
+from sessions.models import (
+    AgentExecution,
+    AlertSession,
+    Stage,
+    TimelineEvent,
+    TimelineEventStatus,
+)
 from sessions.selectors.system import system_status
 from sessions.selectors.timeline import TimelineItem, session_tree
 from web import listing
@@ -32,6 +38,7 @@ def session_list(request: HtmxHttpRequest) -> HttpResponse:
         "history_columns": listing.COLUMNS,
     }
     if request.htmx and not request.htmx.history_restore_request:
+        context["swapped"] = True
         response = render(request, "sessions/partials/_list_live.html", context)
         # The address bar gets the canonical URL (no empty fields) rather than the form's.
         response["HX-Push-Url"] = request.path + (f"?{state.params()}" if state.params() else "")
@@ -114,8 +121,56 @@ def session_detail(request: HttpRequest, session_id) -> HttpResponse:
                 "-score"
             ),
             "learned_memories": session.memories.order_by("created_at"),
+            "deep_link": deep_link(request, session),
         },
     )
+
+
+def _link_id(raw: str) -> int | None:
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 18 else None
+
+
+def deep_link(request: HttpRequest, session: AlertSession) -> dict[str, object]:
+    """``?stage=<id>&event=<id>`` (TARSy's share links): what the page opens and focuses.
+    A stage or item the session does not have is named in ``problem`` and ignored; one
+    that may still come (the session is running) is kept: the page focuses it when it
+    arrives. An item of another stage than the link says falls back to the stage."""
+    stage_raw = request.GET.get("stage", "").strip()
+    event_raw = request.GET.get("event", "").strip()
+    link: dict[str, object] = {"stage": None, "event": None, "problem": ""}
+    if not stage_raw and not event_raw:
+        return link
+    problems = []
+    may_come = not session.is_terminal
+    stage_id = _link_id(stage_raw) if stage_raw else None
+    if stage_raw and stage_id is None:
+        problems.append("the link's stage is not a stage id")
+    elif stage_id is not None:
+        if Stage.objects.filter(session=session, id=stage_id).exists() or may_come:
+            link["stage"] = stage_id
+        else:
+            problems.append("this session has no such stage")
+    event_id = _link_id(event_raw) if event_raw else None
+    if event_raw and event_id is None:
+        problems.append("the link's item is not an item id")
+    elif event_id is not None:
+        event = TimelineEvent.objects.filter(id=event_id).values("session_id", "stage_id").first()
+        if event is None and may_come:
+            link["event"] = event_id
+        elif event is None or event["session_id"] != session.id:
+            problems.append("this session has no such item")
+        elif link["stage"] is not None and event["stage_id"] != link["stage"]:
+            problems.append("the item is not in the link's stage")
+        else:
+            link["event"] = event_id
+            if link["stage"] is None:
+                link["stage"] = event["stage_id"]
+    if problems:
+        shown = "the stage" if link["stage"] is not None else "the session"
+        link["problem"] = (
+            f"This link could not be followed in full: {'; '.join(problems)}. Showing {shown}."
+        )
+    return link
 
 
 BODY_PREVIEW_CHARS = 4000
