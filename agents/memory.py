@@ -29,7 +29,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from agents.controller import AgentRun, NoTools, SingleShotController, ToolExecutor
+from agents.controller import AgentResult, AgentRun, NoTools, SingleShotController, ToolExecutor
 from agents.recorder import Recorder, db
 from agents.resolver import ResolvedAgent
 from config.providers import base_url_variable
@@ -282,14 +282,7 @@ def _json_object(text: str) -> Any:
 def reflector_messages(
     investigation: str, score: str, existing: list[Recalled]
 ) -> list[ConversationMessage]:
-    known = (
-        "\n".join(
-            f"- memory_id {r.memory.id} [{r.memory.category}, {r.memory.valence}]: "
-            f"{r.memory.content}"
-            for r in existing
-        )
-        or "(none)"
-    )
+    known = _lesson_lines([r.memory for r in existing])
     user = (
         f"{INVESTIGATION_TO_LEARN_FROM}\n\n{investigation}\n\n## Its quality review\n\n"
         f"{score}\n\n## Existing lessons most like it\n\n{known}\n\n"
@@ -324,19 +317,8 @@ async def reflect(
         # Nothing could be kept either: no lesson can be embedded. Not asked at all.
         logger.warning("session %s: no reflection, the embedder failed: %s", session.id, problem)
         return Reflection()
-    result = await SingleShotController(
-        answer_type=TimelineEventType.LLM_RESPONSE, interaction_type="memory_extraction"
-    ).run(
-        AgentRun(
-            # Its requests name it apart from the judge (a script answers it by this name).
-            settings=dataclasses.replace(agent.settings, name=REFLECTOR),
-            choice=agent.choice,
-            fallbacks=list(agent.fallbacks),
-            tools=NoTools(),
-            recorder=recorder,
-            messages=reflector_messages(investigation, score, existing),
-            cost=config.cost_estimation,
-        )
+    result = await _ask(
+        config, agent, recorder, REFLECTOR, reflector_messages(investigation, score, existing)
     )
     reflection = _kept(
         parse_reflection(result.final_analysis or ""), {str(r.memory.id) for r in existing}
@@ -381,14 +363,7 @@ def feedback_reflector_messages(
 ) -> list[ConversationMessage]:
     """The feedback Reflector's conversation: the investigation, the review, and the
     lessons the session taught so far (the only ones it may reinforce or deprecate)."""
-    lessons = (
-        "\n".join(
-            f"- memory_id {m.id} [{m.category}, {m.valence}]: "
-            + m.content.replace("</memory_data>", "</ memory_data>")
-            for m in known
-        )
-        or "(none)"
-    )
+    lessons = _lesson_lines(known)
     user = (
         f"{INVESTIGATION_TO_LEARN_FROM}\n\n{investigation}\n\n"
         f"{FEEDBACK_TO_LEARN_FROM}\n\nRating: {rating or 'none'}\n"
@@ -424,18 +399,12 @@ async def reflect_on_feedback(
             )
         )
     )()
-    result = await SingleShotController(
-        answer_type=TimelineEventType.LLM_RESPONSE, interaction_type="memory_extraction"
-    ).run(
-        AgentRun(
-            settings=dataclasses.replace(agent.settings, name=FEEDBACK_REFLECTOR),
-            choice=agent.choice,
-            fallbacks=list(agent.fallbacks),
-            tools=NoTools(),
-            recorder=recorder,
-            messages=feedback_reflector_messages(session, investigation, feedback, rating, known),
-            cost=config.cost_estimation,
-        )
+    result = await _ask(
+        config,
+        agent,
+        recorder,
+        FEEDBACK_REFLECTOR,
+        feedback_reflector_messages(session, investigation, feedback, rating, known),
     )
     if result.status != ExecutionStatus.COMPLETED:
         raise ReflectionFailed(result.error or "the model gave no answer")
@@ -450,6 +419,40 @@ async def reflect_on_feedback(
         confidence=FEEDBACK_CONFIDENCE,
     )
     return reflection
+
+
+async def _ask(
+    config: TarsyConfig,
+    agent: ResolvedAgent,
+    recorder: Recorder,
+    name: str,
+    messages: list[ConversationMessage],
+) -> AgentResult:
+    """One Reflector call with the scoring agent's model; its requests carry ``name``,
+    apart from the judge's (a script answers each by its name)."""
+    return await SingleShotController(
+        answer_type=TimelineEventType.LLM_RESPONSE, interaction_type="memory_extraction"
+    ).run(
+        AgentRun(
+            settings=dataclasses.replace(agent.settings, name=name),
+            choice=agent.choice,
+            fallbacks=list(agent.fallbacks),
+            tools=NoTools(),
+            recorder=recorder,
+            messages=messages,
+            cost=config.cost_estimation,
+        )
+    )
+
+
+def _lesson_lines(memories: list[Any]) -> str:
+    """Lessons as a Reflector is shown them, by id (their text cannot close a block)."""
+    lines = (
+        f"- memory_id {m.id} [{m.category}, {m.valence}]: "
+        + m.content.replace("</memory_data>", "</ memory_data>")
+        for m in memories
+    )
+    return "\n".join(lines) or "(none)"
 
 
 class ReflectionFailed(Exception):
