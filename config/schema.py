@@ -76,6 +76,8 @@ from config.types import (
     CostEstimation,
     CustomPattern,
     DataMasking,
+    DedupConfig,
+    DedupRule,
     Defaults,
     EmbeddingConfig,
     FallbackProvider,
@@ -548,6 +550,53 @@ class MemorySchema(Schema):
         )
 
 
+def _field_names(names: tuple[str, ...]) -> str | None:
+    blank = [index for index, name in enumerate(names) if not name.strip()]
+    if blank:
+        return f"field names may not be empty (item {blank[0]})"
+    return None
+
+
+DedupFields = Annotated[Texts, check(_field_names)]
+
+
+class DedupRuleSchema(Schema):
+    """One alert type's ``defaults.dedup.alert_types.<type>``: unset keys come from
+    ``defaults.dedup``."""
+
+    enabled: Flag | None = None
+    fields: DedupFields | None = None
+    window: Duration | None = None
+
+    def over(self, base: DedupRule) -> DedupRule:
+        own = {name: getattr(self, name) for name in self.model_fields_set}
+        own = {name: value for name, value in own.items() if value is not None}
+        return DedupRule(
+            enabled=own.get("enabled", base.enabled),
+            fields=own.get("fields", base.fields),
+            window=own.get("window", base.window),
+        )
+
+
+class DedupSchema(Schema):
+    """The duplicate-alert cooldown (``defaults.dedup``, sessions/dedup.py); off unless
+    ``enabled``, for every alert type or the ones of ``alert_types``."""
+
+    enabled: Flag = DedupConfig.enabled
+    fields: DedupFields = DedupConfig.fields
+    window: Duration = DedupConfig.window
+    alert_types: Annotated[dict[Key, DedupRuleSchema], mapping_of("alert types")] = {}
+
+    def build(self) -> DedupConfig:
+        base = DedupRule(enabled=self.enabled, fields=self.fields, window=self.window)
+        return DedupConfig(
+            enabled=self.enabled,
+            fields=self.fields,
+            window=self.window,
+            alert_types={name: rule.over(base) for name, rule in self.alert_types.items()},
+        )
+
+
 class DefaultsSchema(Schema):
     alert_type: Text = Defaults.alert_type
     max_iterations: PositiveInt = Defaults.max_iterations
@@ -562,6 +611,7 @@ class DefaultsSchema(Schema):
     scoring: ScoringSchema = ScoringSchema()
     alert_masking: AlertMaskingSchema = AlertMaskingSchema()
     memory: MemorySchema | None = None
+    dedup: DedupSchema = DedupSchema()
 
     def build(self) -> Defaults:
         orchestrator: OrchestratorConfig = self.orchestrator.build()
@@ -576,6 +626,7 @@ class DefaultsSchema(Schema):
             summarization_provider=self.summarization.llm_provider,
             summarization_backend=self.summarization.llm_backend,
             memory=self.memory.build() if self.memory is not None else MemoryConfig(),
+            dedup=self.dedup.build(),
         )
 
 
@@ -741,6 +792,22 @@ class TarsyFile(Schema):
         if problems:
             fail_at(problems)
         return servers
+
+    @model_validator(mode="after")
+    def _dedup_alert_types(self) -> Self:
+        """``defaults.dedup.alert_types`` names alert types some chain handles."""
+        known = {t for chain in self.agent_chains.values() for t in chain.alert_types}
+        problems: list[tuple[Loc, str]] = [
+            (
+                ("defaults", "dedup", "alert_types", name),
+                f"unknown alert type {name!r}; known alert types: {', '.join(sorted(known))}",
+            )
+            for name in self.defaults.dedup.alert_types
+            if name not in known
+        ]
+        if problems:
+            fail_at(problems)
+        return self
 
     @model_validator(mode="after")
     def _references(self, info: ValidationInfo) -> Self:

@@ -284,6 +284,31 @@ class MemoryConfig:
 
 
 @dataclass(frozen=True)
+class DedupRule:
+    """The duplicate-alert cooldown of one alert type (sessions/dedup.py): an alert whose
+    fingerprint matches a session pending, running or ended less than ``window`` seconds
+    ago is recorded on it instead of starting an investigation."""
+
+    enabled: bool = False
+    # The alert's fields the fingerprint is made of; none (or none found): the whole alert.
+    fields: tuple[str, ...] = ()
+    window: float = 600.0  # seconds
+
+
+@dataclass(frozen=True)
+class DedupConfig(DedupRule):
+    """``defaults.dedup``: the rule of every alert type, and per alert type the keys that
+    differ (``alert_types``; unset keys come from ``defaults.dedup``)."""
+
+    alert_types: dict[str, DedupRule] = field(default_factory=dict)
+
+    def for_alert_type(self, alert_type: str) -> DedupRule:
+        return self.alert_types.get(
+            alert_type, DedupRule(enabled=self.enabled, fields=self.fields, window=self.window)
+        )
+
+
+@dataclass(frozen=True)
 class Defaults:
     alert_type: str = "kubernetes"
     max_iterations: int = 20
@@ -304,6 +329,8 @@ class Defaults:
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
     alert_masking: AlertMasking = field(default_factory=AlertMasking)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    # The duplicate-alert cooldown (issue 23); off unless configured.
+    dedup: DedupConfig = field(default_factory=DedupConfig)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from config.loader import get_config
 from masking import mask_alert
 from masking.bounded import UnsafeInput, load_json
 from sessions import runbooks
+from sessions.dedup import CLIENT_FINGERPRINT_LIMIT, alert_fingerprint
 
 
 class AlertRejected(Exception):
@@ -32,12 +33,25 @@ class ValidAlert:
     extra: dict[str, Any] = field(default_factory=dict)
     # The alert's own choice of MCP servers, tools and Gemini native tools (``mcp``).
     mcp_selection: dict[str, Any] | None = None
+    # The duplicate-alert cooldown (``defaults.dedup``): the alert's fingerprint hash, ""
+    # when the cooldown is off for its type; the window in seconds; the SRE's override.
+    dedup_key: str = ""
+    dedup_window: float = 600.0
+    force_new: bool = False
 
 
 # Alerts are a few levels deep (Alertmanager's webhook is four); anything far deeper is
 # an attack on the parser, the masker or the LLM prompt.
 MAX_JSON_DEPTH = 32
-ALLOWED_FIELDS = ("alert_type", "runbook", "data", "mcp", "slack_message_fingerprint")
+ALLOWED_FIELDS = (
+    "alert_type",
+    "runbook",
+    "data",
+    "mcp",
+    "slack_message_fingerprint",
+    "fingerprint",
+    "force_new",
+)
 RUNBOOK_URL_LIMIT = 2000  # characters (AlertSession.runbook_url)
 FINGERPRINT_LIMIT = 500  # characters (AlertSession.slack_message_fingerprint)
 MCP_KEYS = ("servers", "native_tools")
@@ -75,6 +89,8 @@ def validate_alert(
     runbook: Any = None,
     mcp: Any = None,
     slack_message_fingerprint: Any = None,
+    fingerprint: Any = None,
+    force_new: Any = None,
     unknown_fields: set[str] | frozenset[str] = frozenset(),
 ) -> ValidAlert:
     if unknown_fields:
@@ -109,6 +125,16 @@ def validate_alert(
             f"known alert types: {', '.join(config.alert_types)}",
             known_alert_types=config.alert_types,
         )
+    rule = config.defaults.dedup.for_alert_type(alert_type)
+    submitted = _client_fingerprint(fingerprint)
+    if force_new is not None and not isinstance(force_new, bool):
+        raise AlertRejected(f"'force_new' must be true or false, got {type(force_new).__name__}")
+    # Hashed from the alert as sent (its values, not their masks); never stored as text.
+    dedup_key = (
+        alert_fingerprint(alert_type=alert_type, data=data, fields=rule.fields, submitted=submitted)
+        if rule.enabled
+        else ""
+    )
     # Secrets pasted into an alert are masked before it is stored or shown to a model.
     return ValidAlert(
         alert_type=alert_type,
@@ -118,7 +144,24 @@ def validate_alert(
         runbook_url=runbook_url,
         slack_message_fingerprint=_fingerprint(slack_message_fingerprint),
         mcp_selection=validate_mcp_selection(mcp),
+        dedup_key=dedup_key,
+        dedup_window=rule.window,
+        force_new=bool(force_new),
     )
+
+
+def _client_fingerprint(value: Any) -> str:
+    """The client's own fingerprint of the alert (the cooldown's, not Slack's)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise AlertRejected(f"'fingerprint' must be a string, got {type(value).__name__}")
+    if len(value.strip()) > CLIENT_FINGERPRINT_LIMIT:
+        raise AlertRejected(
+            f"'fingerprint' is {len(value.strip())} characters; the limit is "
+            f"{CLIENT_FINGERPRINT_LIMIT}"
+        )
+    return value.strip()
 
 
 def _runbook_url(runbook: str, allowed_domains: tuple[str, ...]) -> str:

@@ -278,6 +278,10 @@ FIELDS: dict[str, Source] = {
     "llm.LLMProvider.location_env": outside("llm.models.LLMProvider.clean (refused)"),
     "llm.LLMProvider.native_tools": internal("only names of llm.types.NATIVE_TOOLS, checked"),
     "llm.LLMProvider.options": outside("llm.models.LLMProvider.clean (refused)"),
+    # The duplicate-alert cooldown (issue 23).
+    f"{S}.AlertFingerprint.fingerprint": internal("a keyed hash (sessions/dedup.py)"),
+    f"{S}.AlertRepeat.alert_data": outside("sessions.intake.validate_alert"),
+    f"{S}.AlertRepeat.author": WHO,
 }
 
 
@@ -491,6 +495,20 @@ def test_the_web_form_masks_an_alert_the_same_way(client, api_token, browser_cli
     assert_arrived_masked(
         f"{S}.AlertSession.alert_data", f"{S}.AlertSession.slack_message_fingerprint"
     )
+    assert_canary_nowhere(client, api_token, browser_client)
+
+
+@plants(f"{S}.AlertRepeat.alert_data", f"{S}.AlertRepeat.author")
+def test_a_repeated_alert_is_kept_masked(client, api_token, browser_client, settings, tarsy_config):
+    settings.TARSY_TRUSTED_PROXIES = ["127.0.0.1"]  # the test client's address
+    tarsy_config(lambda config: config["defaults"].update(dedup={"enabled": True}))
+    proxy = {"HTTP_X_FORWARDED_USER": TOKEN}
+    body = {"data": f"pod payments-api crash-loops; its log says {PASSWORD}"}
+    first = post_alert(client, body, **proxy)
+    again = post_alert(client, body, **proxy)
+    assert again.json()["deduplicated"] is True, again.content
+    assert again.json()["session_id"] == first.json()["session_id"]
+    assert_arrived_masked(f"{S}.AlertRepeat.alert_data", f"{S}.AlertRepeat.author")
     assert_canary_nowhere(client, api_token, browser_client)
 
 

@@ -57,6 +57,18 @@ class AlertForm(forms.Form):
         help_text="Only these tools of their servers (as last listed by a worker). None "
         "ticked for a server: all its tools.",
     )
+    # The duplicate-alert cooldown (defaults.dedup); shown only where it is on.
+    fingerprint = forms.CharField(
+        label="Fingerprint",
+        required=False,
+        max_length=500,
+        help_text="Optional: what makes this alert the same as others; empty: the "
+        "configured fields of the alert.",
+    )
+    force_new = forms.BooleanField(
+        label="Start a new investigation even if this alert repeats a recent one",
+        required=False,
+    )
     OVERRIDE_FIELDS = ("mcp_servers", "mcp_tools")
 
     def __init__(self, *args, **kwargs) -> None:
@@ -90,6 +102,10 @@ class AlertForm(forms.Form):
             del self.fields["runbook_choice"]
         if not config.system.slack.enabled:
             del self.fields["slack_message_fingerprint"]
+        dedup = config.defaults.dedup
+        if not dedup.enabled and not any(rule.enabled for rule in dedup.alert_types.values()):
+            del self.fields["fingerprint"]
+            del self.fields["force_new"]
 
     def selection(self) -> dict | None:
         """The ticked servers and tools as the API's ``mcp`` object (None: nothing ticked)."""
@@ -124,6 +140,8 @@ class AlertForm(forms.Form):
                     runbook=self._runbook(cleaned),
                     mcp=self.selection(),
                     slack_message_fingerprint=cleaned.get("slack_message_fingerprint", ""),
+                    fingerprint=cleaned.get("fingerprint") or None,
+                    force_new=bool(cleaned.get("force_new")),
                 )
             except AlertRejected as rejected:
                 raise forms.ValidationError(str(rejected)) from None

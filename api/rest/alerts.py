@@ -22,7 +22,9 @@ router = Router(tags=["alerts"])
     summary="Submit an alert",
 )
 def alert_create(request: HttpRequest) -> JsonResponse:
-    """Store the alert as a ``pending`` session and queue it; 202 at once. ``data`` over
+    """Store the alert as a ``pending`` session and queue it; 202 at once. With the
+    duplicate-alert cooldown on (``defaults.dedup``) a repeat of a recent alert is
+    recorded on its session instead (``deduplicated: true``, that ``session_id``). ``data`` over
     1 MiB gets 413; an unknown ``alert_type``, runbook host or MCP server gets 400."""
     body = json_body(request, example='with a "data" field') or {}
     alert = validate_alert(
@@ -31,10 +33,12 @@ def alert_create(request: HttpRequest) -> JsonResponse:
         runbook=body.get("runbook"),
         mcp=body.get("mcp"),
         slack_message_fingerprint=body.get("slack_message_fingerprint"),
+        fingerprint=body.get("fingerprint"),
+        force_new=body.get("force_new"),
         unknown_fields=set(body) - set(ALLOWED_FIELDS),
     )
     try:
-        session = services.session_create(
+        accepted = services.alert_accept(
             alert_type=alert.alert_type,
             alert_data=alert.data,
             chain_id=alert.chain_id,
@@ -43,13 +47,31 @@ def alert_create(request: HttpRequest) -> JsonResponse:
             slack_message_fingerprint=alert.slack_message_fingerprint,
             mcp_selection=alert.mcp_selection,
             author=request_author(request),
+            fingerprint=alert.dedup_key,
+            window=alert.dedup_window,
+            force_new=alert.force_new,
         )
     except services.SessionNotQueued as exc:
         raise ApiRejected(f"{exc}; nothing was stored, send the alert again", 503) from None
+    session = accepted.session
+    if accepted.deduplicated:
+        # The duplicate-alert cooldown: recorded on the session it repeats, no new one.
+        return respond(
+            {
+                "session_id": str(session.id),
+                "status": "queued",
+                "message": f"Alert repeated: recorded on session {session.id} "
+                f"(\u00d7{accepted.repeat_count}); no new investigation started",
+                "deduplicated": True,
+                "repeat_count": accepted.repeat_count,
+            },
+            202,
+        )
     return respond(
         {
             "session_id": str(session.id),
             "status": "queued",
+            # TARSy's shape exactly: its clients compare it.
             "message": "Alert submitted for processing",
         },
         202,

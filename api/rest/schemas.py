@@ -60,6 +60,14 @@ class AlertIn(BaseModel):
     runbook: str | None = Field(None, description="A runbook URL on the allowlist, or text.")
     mcp: McpSelection | None = None
     slack_message_fingerprint: str | None = None
+    fingerprint: str | None = Field(
+        None,
+        description="With the duplicate-alert cooldown on: what makes alerts the same, "
+        "instead of the configured fields (at most 500 characters).",
+    )
+    force_new: bool | None = Field(
+        None, description="Start a new investigation even if this alert repeats a recent one."
+    )
 
 
 class CancelIn(BaseModel):
@@ -93,6 +101,9 @@ class AlertAccepted(Model):
     session_id: str
     status: Literal["queued"]
     message: str
+    # True: a repeat within the cooldown, recorded on ``session_id`` (defaults.dedup).
+    deduplicated: bool = False
+    repeat_count: int | None = None
 
 
 class Pagination(Model):

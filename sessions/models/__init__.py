@@ -5,6 +5,7 @@ Every state change is a row, written progressively by the worker; the event log
 browsers can follow along and catch up after a disconnect.
 """
 
+from sessions.models.dedup import KEPT_REPEATS, AlertFingerprint, AlertRepeat, SessionRepeats
 from sessions.models.events import (
     SessionEvent,
     SessionEventType,
@@ -62,10 +63,13 @@ from sessions.models.session import (
 
 __all__ = [
     "DEFAULT_PROJECT",
+    "KEPT_REPEATS",
     "OPEN_CHAT_MESSAGE_STATUSES",
     "RUNNING_SESSION_STATUSES",
     "TERMINAL_SESSION_STATUSES",
     "AgentExecution",
+    "AlertFingerprint",
+    "AlertRepeat",
     "AlertSession",
     "ApiToken",
     "Chat",
@@ -92,6 +96,7 @@ __all__ = [
     "ScoreStatus",
     "SessionEvent",
     "SessionEventType",
+    "SessionRepeats",
     "SessionScore",
     "SessionSearch",
     "SessionStatus",

@@ -277,6 +277,7 @@ class TimelineEventType(models.TextChoices):
     SKILL_LOADED = "skill_loaded"  # a skill's text in the agent's prompt from the start
     MEMORY_INJECTED = "memory_injected"  # lessons of past investigations in its prompt
     WARNING = "warning"  # something went wrong around the investigation, which went on
+    ALERT_REPEATED = "alert_repeated"  # duplicates of the alert, counted (defaults.dedup)
 
 
 class TimelineEventStatus(models.TextChoices):

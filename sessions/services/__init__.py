@@ -29,6 +29,7 @@ from sessions.services.chat import (
     chat_messages_time_out_orphans,
     chat_unavailable_reason,
 )
+from sessions.services.dedup import AlertAccepted, alert_accept
 from sessions.services.events import event_publish, serialize_transaction
 from sessions.services.leases import (
     ChatLease,
@@ -129,6 +130,7 @@ from sessions.services.slack import slack_message_record
 __all__ = [
     "CANCEL_REASON_LIMIT",
     "CHAT_CONTENT_LIMIT",
+    "AlertAccepted",
     "ChatLease",
     "ChatRejected",
     "Claim",
@@ -148,6 +150,7 @@ __all__ = [
     "ScoreLease",
     "ScoringInProgress",
     "SessionNotQueued",
+    "alert_accept",
     "as_stored",
     "chat_message_claim",
     "chat_message_end",

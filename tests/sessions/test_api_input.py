@@ -194,7 +194,7 @@ def test_a_database_failure_is_a_json_503(client, api_token, monkeypatch):
     def broken(**kwargs):
         raise OperationalError("database is locked")
 
-    monkeypatch.setattr(services, "session_create", broken)
+    monkeypatch.setattr(services, "alert_accept", broken)  # what the view calls
     response = post_alert(client, {"data": "pod down"}, api_token)
     assert response.status_code == 503
     assert "database" in response.json()["error"]

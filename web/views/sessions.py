@@ -69,7 +69,7 @@ def session_new(request: HttpRequest) -> HttpResponse:
     form = AlertForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         try:
-            session = services.session_create(
+            accepted = services.alert_accept(
                 alert_type=form.alert.alert_type,
                 alert_data=form.alert.data,
                 chain_id=form.alert.chain_id,
@@ -78,11 +78,18 @@ def session_new(request: HttpRequest) -> HttpResponse:
                 slack_message_fingerprint=form.alert.slack_message_fingerprint,
                 mcp_selection=form.alert.mcp_selection,
                 author=request.user.get_username(),
+                fingerprint=form.alert.dedup_key,
+                window=form.alert.dedup_window,
+                force_new=form.alert.force_new,
             )
         except services.SessionNotQueued as exc:
             form.add_error(None, f"{exc}; nothing was stored, submit it again.")
             return render(request, "sessions/new.html", {"form": form}, status=503)
-        return redirect("sessions:detail", session_id=session.id)
+        response = redirect("sessions:detail", session_id=accepted.session.id)
+        if accepted.deduplicated:
+            # The session page says the alert was recorded on it (``repeated``).
+            response["Location"] += f"?repeated={accepted.repeat_count}"
+        return response
     return render(
         request,
         "sessions/new.html",
@@ -122,6 +129,7 @@ def session_detail(request: HttpRequest, session_id) -> HttpResponse:
             ),
             "learned_memories": session.memories.order_by("created_at"),
             "deep_link": deep_link(request, session),
+            "repeated": _link_id(request.GET.get("repeated", "").strip()),
         },
     )
 
