@@ -43,7 +43,9 @@ _SIZE_RE = re.compile(r"\d+[ \t]+bytes\b")  # `kubectl describe secret`: "passwo
 
 
 # An object's printed form, not a value: Token{a64f992 …}, android.os.BinderProxy@2bd79ce.
-_REPR_RE = re.compile(r"[A-Z][\w$]{2,} ?[{(\[]")
+# A space may come before "{" or "(" only: "password=Zq7x… [MASKED_…]" (a token masked
+# after it) or "password=Secret1 [prod]" is a value and a bracket, not a repr.
+_REPR_RE = re.compile(r"[A-Z][\w$]{2,}(?:[{(\[]| [{(])")
 _OBJECT_REF_RE = re.compile(r"[a-z_]\w*(?:\.[\w$]+)+@[0-9a-f]+")
 # A version or a version range (a package's, after a name such as "jsonwebtoken").
 _VERSION_RE = re.compile(r"""\\?["']?[~^<>=]{0,2}v?\d+(?:\.[\dx*]+)+(?:-[\w.]+)?\\?["',]*\Z""")

@@ -120,6 +120,10 @@ FORMATS = [
     (f"signature={SECRET}", "signature="),
     (f"using API key {SECRET} for the export", "for the export"),
     (f"token {SECRET} rejected", "rejected"),
+    # A password whose value starts with a capital, then a token masked after it (the
+    # marker's "[" once read as an object's printed form, "Name [", and kept it).
+    (f"password=Q{SECRET} ghp_{'a1B2c3D4e5F6g7H8i9J0' * 2}", "password="),
+    (f"password=Q{SECRET} [prod]", "[prod]"),
     # Encodings, nested.
     (f"redirect=https%3A%2F%2Fbob%3A{SECRET}%40db.example.com%2F", "redirect=https%3A%2F%2Fbob"),
     (f"q={quote(json.dumps({'password': SECRET}))}", "q=%7B%22password%22"),
