@@ -24,6 +24,7 @@ from django.conf import settings
 from agents.prompts import forced_conclusion
 from agents.recorder import Recorder, message_to_json
 from agents.resolver import AgentSettings, ProviderChoice
+from agents.steering import Steering
 from agents.tools import results as tool_results
 from config.types import CostEstimation, MCPServerConfig
 from llm.errors import CONNECTION_ERROR
@@ -123,6 +124,8 @@ class AgentRun:
     # The agent's MCP servers (masking, summarization) and who summarises their results.
     servers: Mapping[str, MCPServerConfig] = field(default_factory=dict)
     summarizers: Mapping[str, ProviderChoice] = field(default_factory=dict)
+    # An SRE's notes to the running session, read before each model call (agents/steering.py).
+    steering: Steering | None = None
 
 
 class _ModelCalls:
@@ -214,6 +217,8 @@ class _ModelCalls:
         """One call to the current provider: its output streams onto the timeline as it
         comes, then the turn is closed and recorded."""
         await run.recorder.check_lease()  # a worker that lost its session calls no model
+        if run.steering is not None:
+            await self._append(run, await run.steering.take())
         request = GenerateRequest(
             messages=tuple(run.messages),
             config=run.choice.config,

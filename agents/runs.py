@@ -24,6 +24,7 @@ from agents.memory import SessionMemories, WithMemory, record_injection, remembe
 from agents.recorder import Recorder, db
 from agents.resolver import ResolvedAgent
 from agents.skills import AgentSkills, WithSkills, agent_skills
+from agents.steering import Steering
 from agents.tools.mcp_client import MCPServerError
 from agents.tools.toolbox import ToolBox
 from config.types import ChainConfig, TarsyConfig
@@ -220,6 +221,12 @@ async def _execute(
                         sub_agents=runner,
                         servers=agent.servers,
                         summarizers=agent.summarizers,
+                        # While the session runs, not in a chat answer on an ended one.
+                        steering=(
+                            None
+                            if isinstance(run.lease, services.ChatLease)
+                            else Steering(recorder)
+                        ),
                     )
                 )
             finally:

@@ -247,6 +247,7 @@ REAL_PROCESS = (
     "test_hostile_corpus.py",
     "agents/test_chains.py",
     "agents/test_controller.py",
+    "agents/test_steering_delivery.py",
     "agents/test_kubernetes_mcp_server.py",
     "agents/test_mcp_client.py",
     "agents/test_mcp_hub.py",

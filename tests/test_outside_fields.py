@@ -186,7 +186,7 @@ FIELDS: dict[str, Source] = {
     f"{S}.TimelineEvent.content": outside(
         "agents.controller (tool results, provider fallbacks), "
         "sessions.services.chat.chat_message_send (questions), session_end and "
-        "chat_message_end (errors)"
+        "chat_message_end (errors), sessions.services.steering.steering_note_add (notes)"
     ),
     f"{S}.TimelineEvent.metadata": model(
         "tool-call arguments, grounding and code the model ran; the rest ids and names"
@@ -282,6 +282,9 @@ FIELDS: dict[str, Source] = {
     f"{S}.AlertFingerprint.fingerprint": internal("a keyed hash (sessions/dedup.py)"),
     f"{S}.AlertRepeat.alert_data": outside("sessions.intake.validate_alert"),
     f"{S}.AlertRepeat.author": WHO,
+    # Mid-run steering (issue 23).
+    f"{S}.SteeringNote.text": outside("sessions.services.steering.steering_note_add"),
+    f"{S}.SteeringNote.author": WHO,
 }
 
 
@@ -509,6 +512,23 @@ def test_a_repeated_alert_is_kept_masked(client, api_token, browser_client, sett
     assert again.json()["deduplicated"] is True, again.content
     assert again.json()["session_id"] == first.json()["session_id"]
     assert_arrived_masked(f"{S}.AlertRepeat.alert_data", f"{S}.AlertRepeat.author")
+    assert_canary_nowhere(client, api_token, browser_client)
+
+
+@plants(f"{S}.SteeringNote.text", f"{S}.SteeringNote.author")
+def test_a_steering_note_and_its_author_are_kept_masked(
+    client, api_token, browser_client, settings
+):
+    settings.TARSY_TRUSTED_PROXIES = ["127.0.0.1"]  # the test client's address
+    session, _ = running_session()
+    response = client.post(
+        f"/api/v1/sessions/{session.id}/steer",
+        data=json.dumps({"text": f"the pool's config says {PASSWORD}"}),
+        content_type="application/json",
+        HTTP_X_FORWARDED_USER=TOKEN,
+    )
+    assert response.status_code == 202, response.content
+    assert_arrived_masked(f"{S}.SteeringNote.text", f"{S}.SteeringNote.author")
     assert_canary_nowhere(client, api_token, browser_client)
 
 

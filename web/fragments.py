@@ -19,6 +19,7 @@ from sessions.models import (
     AlertSession,
     ExecutionStatus,
     SessionEventType,
+    SessionStatus,
     Stage,
     StageType,
     TimelineEventType,
@@ -106,10 +107,19 @@ def session_fragments(
             render_to_string("sessions/partials/_session_header.html", context)
             + render_to_string("sessions/partials/_session_answer.html", context)
             + chat_box_html(session, live=True)
+            + _steer_box(session)
         )
     if kind == SessionEventType.REVIEW_STATUS:
         return review_fragment(event["session_id"])
     return ""  # stage and execution events are rendered from their rows (consumers.py)
+
+
+def _steer_box(session: AlertSession) -> str:
+    """The steering form goes once the session is no longer pending or running (left
+    alone otherwise: re-rendering it would drop what someone is typing)."""
+    if session.status in (SessionStatus.PENDING, SessionStatus.IN_PROGRESS):
+        return ""
+    return render_to_string("sessions/partials/_steer.html", {"session": session, "live": True})
 
 
 def review_fragment(session_id: Any) -> str:

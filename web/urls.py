@@ -7,6 +7,7 @@ from web.views import memories as memory_views
 from web.views import review as review_views
 from web.views import scoring as scoring_views
 from web.views import sessions as views
+from web.views import steering as steering_views
 from web.views import trace as trace_views
 from web.views import usage as usage_views
 
@@ -31,6 +32,7 @@ urlpatterns = [
     path("memories/<uuid:memory_id>/delete/", memory_views.memory_delete, name="memory-delete"),
     path("sessions/<uuid:session_id>/", views.session_detail, name="detail"),
     path("sessions/<uuid:session_id>/cancel/", views.session_cancel, name="cancel"),
+    path("sessions/<uuid:session_id>/steer/", steering_views.session_steer, name="steer"),
     path("sessions/<uuid:session_id>/chat/", chat_views.chat_box, name="chat-box"),
     path("sessions/<uuid:session_id>/chat/messages/", chat_views.chat_send, name="chat-send"),
     path("sessions/<uuid:session_id>/score/", scoring_views.session_rescore, name="score"),

@@ -21,7 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
-from api.rest import alerts, followups, memories, sessions, system, trace, usage
+from api.rest import alerts, followups, memories, sessions, steering, system, trace, usage
 from api.rest.common import BODY_LIMIT, NOT_FOUND, check_query
 from api.rest.docs import add_request_models
 from sessions.auth import ApiRejected, api_error, authenticate_api_request
@@ -84,7 +84,7 @@ api = TarsyApi(
         "security": [{"bearer": []}],
     },
 )
-for module in (alerts, sessions, followups, memories, system, trace, usage):
+for module in (alerts, sessions, steering, followups, memories, system, trace, usage):
     api.add_router("", module.router)
 
 

@@ -60,6 +60,7 @@ from sessions.models.session import (
     TimelineEventStatus,
     TimelineEventType,
 )
+from sessions.models.steering import SteeringDelivery, SteeringNote
 
 __all__ = [
     "DEFAULT_PROJECT",
@@ -103,6 +104,8 @@ __all__ = [
     "SlackMessage",
     "Stage",
     "StageType",
+    "SteeringDelivery",
+    "SteeringNote",
     "TimelineEvent",
     "TimelineEventStatus",
     "TimelineEventType",

@@ -278,6 +278,7 @@ class TimelineEventType(models.TextChoices):
     MEMORY_INJECTED = "memory_injected"  # lessons of past investigations in its prompt
     WARNING = "warning"  # something went wrong around the investigation, which went on
     ALERT_REPEATED = "alert_repeated"  # duplicates of the alert, counted (defaults.dedup)
+    STEERING = "steering"  # an SRE's note to the running agents (sessions/services/steering.py)
 
 
 class TimelineEventStatus(models.TextChoices):

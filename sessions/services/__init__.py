@@ -126,10 +126,17 @@ from sessions.services.shutdown import (
     work_requeue_pulled,
 )
 from sessions.services.slack import slack_message_record
+from sessions.services.steering import (
+    STEERING_TEXT_LIMIT,
+    SteeringRejected,
+    steering_note_add,
+    steering_notes_take,
+)
 
 __all__ = [
     "CANCEL_REASON_LIMIT",
     "CHAT_CONTENT_LIMIT",
+    "STEERING_TEXT_LIMIT",
     "AlertAccepted",
     "ChatLease",
     "ChatRejected",
@@ -150,6 +157,7 @@ __all__ = [
     "ScoreLease",
     "ScoringInProgress",
     "SessionNotQueued",
+    "SteeringRejected",
     "alert_accept",
     "as_stored",
     "chat_message_claim",
@@ -207,6 +215,8 @@ __all__ = [
     "slack_message_record",
     "stage_finish",
     "stage_start",
+    "steering_note_add",
+    "steering_notes_take",
     "timeline_event_add",
     "timeline_event_chunk",
     "timeline_event_chunks",
