@@ -684,6 +684,9 @@ async def test_large_live_payloads_are_truncated_but_catchup_sends_them_whole(to
     channel = f"session:{session.id}"
     communicator = await connected_client(token)
     await communicator.send_json_to({"action": "subscribe", "channel": channel})
+    # The confirmation itself, not a quiet moment: a loaded machine can be quiet first.
+    confirmed = json.loads(await communicator.receive_from(timeout=30))
+    assert confirmed["type"] == "subscription.confirmed"
     await receive_all(communicator)
 
     def big():
