@@ -1,7 +1,8 @@
 """The two ways an agent talks to its model (ADR-0001):
 
 - ``IteratingController``: call the LLM, run the tools it asks for, repeat; one forced
-  conclusion without tools at ``max_iterations``. An agent with sub-agents gets their
+  conclusion without tools at ``max_iterations``, or once the session's budget is spent
+  (agents/budget.py). An agent with sub-agents gets their
   results pushed into its conversation and cannot conclude while they still run.
 - ``SingleShotController``: one call, no tools (synthesis, executive summary, scoring).
 
@@ -21,7 +22,8 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from agents.prompts import forced_conclusion
+from agents.budget import SessionBudget
+from agents.prompts import BUDGET_SKIPPED_TOOL, budget_conclusion, forced_conclusion
 from agents.recorder import Recorder, message_to_json
 from agents.resolver import AgentSettings, ProviderChoice
 from agents.steering import Steering
@@ -126,6 +128,8 @@ class AgentRun:
     summarizers: Mapping[str, ProviderChoice] = field(default_factory=dict)
     # An SRE's notes to the running session, read before each model call (agents/steering.py).
     steering: Steering | None = None
+    # The session's budget, shared by all its agents (agents/budget.py); None: no limits.
+    budget: SessionBudget | None = None
 
 
 class _ModelCalls:
@@ -385,6 +389,9 @@ class IteratingController(_ModelCalls):
             await run.recorder.progress("investigating", f"Iteration {iteration}/{limit}")
             if run.sub_agents is not None:
                 await self._append(run, run.sub_agents.drain())
+            reason = await _over_budget(run)
+            if reason:
+                return await self._budget_conclusion(run, reason, iteration - 1)
             turn = await self._turn(run, tools, interaction_type="iteration")
             if turn.error:
                 return AgentResult(
@@ -393,7 +400,11 @@ class IteratingController(_ModelCalls):
                     iterations=iteration,
                 )
             if turn.tool_calls:
-                for call in turn.tool_calls:
+                for index, call in enumerate(turn.tool_calls):
+                    reason = await _over_budget(run)
+                    if reason:
+                        await self._skip_tools(run, turn.tool_calls[index:], reason)
+                        return await self._budget_conclusion(run, reason, iteration)
                     await self._run_tool(run, call)
             elif run.sub_agents is not None and _waiting(run):
                 # It may not conclude while its sub-agents run: their results come next.
@@ -414,6 +425,47 @@ class IteratingController(_ModelCalls):
                 iterations=limit + 1,
             )
         return self._conclude(turn, limit + 1)
+
+    async def _budget_conclusion(self, run: AgentRun, reason: str, iterations: int) -> AgentResult:
+        """The investigation's budget is spent: one last call without tools, marked as
+        TARSy marks a forced conclusion, with the reason ``budget``. Sub-agents still
+        running conclude too, on the same budget; their answers come first."""
+        if run.sub_agents is not None:
+            while run.sub_agents.running:
+                await self._append(run, await run.sub_agents.wait())
+            await self._append(run, run.sub_agents.drain())
+        await run.recorder.progress("concluding", f"Stopped by budget: {reason}")
+        await self._append(run, [budget_conclusion(reason)])
+        marks = {
+            "forced_conclusion": True,
+            "reason": "budget",
+            "iterations_used": iterations,
+            "max_iterations": run.settings.max_iterations,
+        }
+        turn = await self._turn(run, (), interaction_type="forced_conclusion", item_metadata=marks)
+        if turn.error:
+            return AgentResult(
+                ExecutionStatus.FAILED,
+                error=_describe(turn.error, run.choice),
+                iterations=iterations + 1,
+            )
+        return self._conclude(turn, iterations + 1)
+
+    async def _skip_tools(self, run: AgentRun, calls: list[ToolCall], reason: str) -> None:
+        """The tool calls a budget stop left unrun are answered as such: the model's
+        conversation needs an answer to each call it made."""
+        await self._append(
+            run,
+            [
+                ConversationMessage(
+                    Role.TOOL,
+                    BUDGET_SKIPPED_TOOL.format(reason=reason),
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                )
+                for call in calls
+            ],
+        )
 
     @staticmethod
     def _conclude(turn: LLMTurn, iterations: int) -> AgentResult:
@@ -509,6 +561,11 @@ class SingleShotController(_ModelCalls):
         if not turn.text.strip():
             await run.recorder.add_item(self.answer_type, answer, metadata={"from_thinking": True})
         return AgentResult(ExecutionStatus.COMPLETED, final_analysis=answer, iterations=1)
+
+
+async def _over_budget(run: AgentRun) -> str:
+    """Which limit of the investigation's budget is reached, or "" (agents/budget.py)."""
+    return await run.budget.exhausted() if run.budget is not None else ""
 
 
 def _waiting(run: AgentRun) -> bool:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import DatabaseError
 
+from agents.budget import SessionBudget
 from agents.memory import session_memories
 from agents.recorder import db, forget_streams, save_streams
 from agents.runs import RunControl, SessionRun
@@ -341,15 +342,32 @@ async def _run_chain(
         next_stage_index=session.first_stage_index,
         runbook=await session_runbook(session, lease, config),
         memories=await session_memories(session, lease, config),
+        budget=await db(SessionBudget.of)(session, lease),
     )
     previous, analysis = "", ""
+    skipped: list[str] = []
     for stage_config in chain.stages:
+        # Checked between stages too: a stage ending at the limit starts no other.
+        if run.budget is not None and await run.budget.exhausted():
+            skipped.append(stage_config.name)
+            continue
         result = await run_stage(run, stage_config, previous)
         analysis = result.analysis
         context = previous_context(
             result.findings, analysis, stage_config.name, stage_config.parallel
         )
         previous = f"{previous}\n\n{context}".strip()
+    budget = run.budget
+    if budget is not None and budget.stopped:
+        if skipped:
+            await db(services.session_budget_skipped)(lease=lease, stages=skipped)
+        if not budget.summarize_after:
+            return (
+                analysis,
+                "",
+                f"Not written: the investigation was stopped by its budget ({budget.stopped}) "
+                "and budget.after_limit is 'stop'",
+            )
     summary, summary_error = await executive_summary(run, analysis)
     return analysis, summary, summary_error
 

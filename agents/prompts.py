@@ -30,6 +30,13 @@ FORCED_CONCLUSION = (
     "Write your final analysis now from what you have found: what is broken, the evidence, "
     "the most likely root cause, and the recommended next steps. Say what remains uncertain."
 )
+BUDGET_CONCLUSION = (
+    "The investigation's budget is spent ({reason}). Do not call any more tools. "
+    "Write your final analysis now from what you have found: what is broken, the evidence, "
+    "the most likely root cause, and the recommended next steps. Say what remains unverified."
+)
+# A tool call the budget left unrun still needs its answer in the conversation.
+BUDGET_SKIPPED_TOOL = "Not run: the investigation's budget is spent ({reason})."
 
 # Failure patterns the judge is told to watch for; its TAGS line uses these terms only.
 SCORING_FAILURE_TAGS = (
@@ -263,3 +270,7 @@ def sub_agent_result(
 
 def forced_conclusion(limit: int) -> ConversationMessage:
     return ConversationMessage(Role.USER, FORCED_CONCLUSION.format(limit=limit))
+
+
+def budget_conclusion(reason: str) -> ConversationMessage:
+    return ConversationMessage(Role.USER, BUDGET_CONCLUSION.format(reason=reason))

@@ -15,7 +15,7 @@ import os
 import time
 import weakref
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -44,6 +44,14 @@ def message_to_json(message: ConversationMessage) -> dict[str, Any]:
     return data
 
 
+class Spending(Protocol):
+    """What a call recorded is spent from (agents/budget.py's ``SessionBudget``)."""
+
+    def spend_call(self, tokens: int, cost_usd: float | None) -> None: ...
+
+    def spend_tool_call(self) -> None: ...
+
+
 class Recorder:
     """Records one agent execution: its timeline items, messages and interactions.
 
@@ -51,10 +59,18 @@ class Recorder:
     no longer holds the session.
     """
 
-    def __init__(self, session: AlertSession, execution: AgentExecution, lease: Lease) -> None:
+    def __init__(
+        self,
+        session: AlertSession,
+        execution: AgentExecution,
+        lease: Lease,
+        budget: Spending | None = None,
+    ) -> None:
         self.session = session
         self.execution = execution
         self.lease = lease
+        # The session's budget (agents/budget.py): each call recorded is spent from it.
+        self.budget = budget
         self._message_sequence = 0
         self._streams = _Streams(lease, session.id)
         # The latest call of each kind (an iteration, a summary…): what the next call of
@@ -164,11 +180,16 @@ class Recorder:
             **fields,
         )
         self._calls[interaction_type] = services.RecordedCall.of(interaction, request)
+        if self.budget is not None:
+            cost = interaction.estimated_cost_usd
+            self.budget.spend_call(interaction.total_tokens, None if cost is None else float(cost))
 
     async def mcp_interaction(self, **fields: Any) -> None:
         await db(services.mcp_interaction_create)(
             lease=self.lease, execution=self.execution, **fields
         )
+        if self.budget is not None and fields.get("interaction_type") == "tool_call":
+            self.budget.spend_tool_call()
 
     async def check_lease(self) -> None:
         """Raise ``LeaseLost`` now, rather than at the next write, if the session is gone:

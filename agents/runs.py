@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from agents.budget import SessionBudget
 from agents.controller import (
     AgentResult,
     AgentRun,
@@ -88,6 +89,8 @@ class SessionRun:
     runbook: str = ""  # resolved when the session starts (sessions/runbooks.py)
     # Lessons of past investigations, recalled when the session starts (agents/memory.py).
     memories: SessionMemories = field(default_factory=SessionMemories)
+    # What the investigation may still spend (agents/budget.py); None: no limits.
+    budget: SessionBudget | None = None
 
     def stage_index(self) -> int:
         index = self.next_stage_index
@@ -139,7 +142,7 @@ async def run_agent(
 ) -> Outcome:
     """Run the execution in a task the session can stop alone, and record how it ended.
     ``sub_agents`` builds the agent's sub-agent runner, if it dispatches any."""
-    recorder = Recorder(run.session, execution, run.lease)
+    recorder = Recorder(run.session, execution, run.lease, budget=run.budget)
     work = asyncio.create_task(
         _execute(run, agent, recorder, messages, controller, sub_agents),
         name=f"agent-{execution.id}",
@@ -227,6 +230,7 @@ async def _execute(
                             if isinstance(run.lease, services.ChatLease)
                             else Steering(recorder)
                         ),
+                        budget=run.budget,
                     )
                 )
             finally:

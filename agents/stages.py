@@ -126,6 +126,9 @@ async def run_stage(run: SessionRun, stage_config: StageConfig, previous: str) -
         raise StageFailed(f"Stage {stage_config.name!r} failed: {error}")
     if not parallel:
         return StageResult(findings, succeeded[0].result.final_analysis)
+    if run.budget is not None and run.budget.stopped and not run.budget.summarize_after:
+        # Stopped by the budget with nothing more to run: the agents' answers as they are.
+        return StageResult(findings, format_findings(findings))
     return StageResult(findings, await _synthesize(run, stage_config, findings))
 
 

@@ -64,6 +64,8 @@ from config.fields import (
 from config.references import file_problems, file_warnings, skill_problems
 from config.types import (
     ACTION,
+    AFTER_LIMIT,
+    BUDGET_KINDS,
     EXEC_SUMMARY,
     INVESTIGATION,
     SCORING,
@@ -71,6 +73,8 @@ from config.types import (
     SYNTHESIS,
     AgentConfig,
     AlertMasking,
+    Budget,
+    BudgetConfig,
     ChainConfig,
     ChatConfig,
     CostEstimation,
@@ -466,6 +470,45 @@ class ScoringSchema(Schema):
         return dataclasses.replace(base, **own)
 
 
+def _more_than_zero(value: float | None) -> str | None:
+    if value is not None and value <= 0:
+        return f"expected a number more than 0, got {value!r}"
+    return None
+
+
+class BudgetSchema(Schema):
+    """What one investigation may spend (``budget``, agents/budget.py): each key a limit,
+    unset keys from the level below (``defaults.budget``, the chain's, the alert type's)."""
+
+    tokens: PositiveInt | None = None
+    cost_usd: Annotated[Number | None, check(_more_than_zero)] = None
+    wall_time: Duration | None = None
+    tool_calls: PositiveInt | None = None
+    llm_calls: PositiveInt | None = None
+    after_limit: Annotated[Text, one_of(AFTER_LIMIT, "after_limit")] | None = None
+
+    def build(self) -> Budget:
+        return Budget(
+            tokens=self.tokens,
+            cost_usd=self.cost_usd,
+            wall_time=self.wall_time,
+            tool_calls=self.tool_calls,
+            llm_calls=self.llm_calls,
+            after_limit=self.after_limit or "",
+        )
+
+
+class DefaultsBudgetSchema(BudgetSchema):
+    alert_types: Annotated[dict[Key, BudgetSchema], mapping_of("alert types")] = {}
+
+    def build(self) -> BudgetConfig:
+        own = super().build()
+        return BudgetConfig(
+            **{name: getattr(own, name) for name in (*BUDGET_KINDS, "after_limit")},
+            alert_types={name: budget.build() for name, budget in self.alert_types.items()},
+        )
+
+
 class ChainSchema(Schema):
     alert_types: Annotated[Texts, AfterValidator(required_list("alert types"))] = Field(
         (), validate_default=True
@@ -483,6 +526,7 @@ class ChainSchema(Schema):
     sub_agents: SubAgents | None = None
     chat: ChatSchema = ChatSchema()
     scoring: ScoringSchema | None = None  # None: as defaults.scoring says
+    budget: BudgetSchema = BudgetSchema()
 
     def build_named(self, chain_id: str, defaults: Defaults) -> ChainConfig:
         base = defaults.scoring
@@ -491,7 +535,7 @@ class ChainSchema(Schema):
             if self.scoring is not None
             else base
         )
-        return build(self, ChainConfig, id=chain_id, scoring=scoring)
+        return build(self, ChainConfig, id=chain_id, scoring=scoring, budget=self.budget.build())
 
 
 class DefaultSummarizationSchema(Schema):
@@ -612,6 +656,7 @@ class DefaultsSchema(Schema):
     alert_masking: AlertMaskingSchema = AlertMaskingSchema()
     memory: MemorySchema | None = None
     dedup: DedupSchema = DedupSchema()
+    budget: DefaultsBudgetSchema = DefaultsBudgetSchema()
 
     def build(self) -> Defaults:
         orchestrator: OrchestratorConfig = self.orchestrator.build()
@@ -627,6 +672,7 @@ class DefaultsSchema(Schema):
             summarization_backend=self.summarization.llm_backend,
             memory=self.memory.build() if self.memory is not None else MemoryConfig(),
             dedup=self.dedup.build(),
+            budget=self.budget.build(),
         )
 
 
@@ -795,7 +841,8 @@ class TarsyFile(Schema):
 
     @model_validator(mode="after")
     def _dedup_alert_types(self) -> Self:
-        """``defaults.dedup.alert_types`` names alert types some chain handles."""
+        """``defaults.dedup.alert_types`` and ``defaults.budget.alert_types`` name alert
+        types some chain handles."""
         known = {t for chain in self.agent_chains.values() for t in chain.alert_types}
         problems: list[tuple[Loc, str]] = [
             (
@@ -803,6 +850,14 @@ class TarsyFile(Schema):
                 f"unknown alert type {name!r}; known alert types: {', '.join(sorted(known))}",
             )
             for name in self.defaults.dedup.alert_types
+            if name not in known
+        ]
+        problems += [
+            (
+                ("defaults", "budget", "alert_types", name),
+                f"unknown alert type {name!r}; known alert types: {', '.join(sorted(known))}",
+            )
+            for name in self.defaults.budget.alert_types
             if name not in known
         ]
         if problems:

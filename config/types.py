@@ -3,6 +3,7 @@ its schema (config/schema.py; loaded by config/loader.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 
@@ -233,6 +234,46 @@ class ScoringConfig:
     max_iterations: int | None = None
 
 
+# What an investigation's budget limits (issue 23), and what runs once one is reached:
+# the synthesis and executive summary still (``summarize``), or nothing more (``stop``).
+BUDGET_KINDS = ("tokens", "cost_usd", "wall_time", "tool_calls", "llm_calls")
+AFTER_LIMIT = ("summarize", "stop")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one investigation may spend (agents/budget.py); None: no limit of that kind.
+    In a chain's or an alert type's ``budget`` an unset key (None, or ``after_limit``
+    "") is taken from the level below it."""
+
+    tokens: int | None = None
+    cost_usd: float | None = None  # estimated from ``cost_estimation``'s rates
+    wall_time: float | None = None  # seconds since the session started
+    tool_calls: int | None = None
+    llm_calls: int | None = None
+    after_limit: str = ""
+
+    def under(self, base: Budget) -> Budget:
+        """This budget's keys over ``base``'s."""
+        own = {
+            name: getattr(self, name)
+            for name in (*BUDGET_KINDS, "after_limit")
+            if getattr(self, name) not in (None, "")
+        }
+        return dataclasses.replace(base, **own)
+
+    def limits(self) -> dict[str, float]:
+        return {kind: getattr(self, kind) for kind in BUDGET_KINDS if getattr(self, kind)}
+
+
+@dataclass(frozen=True)
+class BudgetConfig(Budget):
+    """``defaults.budget``: every investigation's, and per alert type the keys that
+    differ (``alert_types``), over the chain's own ``budget``."""
+
+    alert_types: dict[str, Budget] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class ChainConfig:
     id: str
@@ -248,6 +289,7 @@ class ChainConfig:
     sub_agents: tuple[SubAgentRef, ...] | None = None
     chat: ChatConfig = field(default_factory=ChatConfig)
     scoring: ScoringConfig = field(default_factory=ScoringConfig)
+    budget: Budget = field(default_factory=Budget)  # over ``defaults.budget``
 
 
 @dataclass(frozen=True)
@@ -331,6 +373,8 @@ class Defaults:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     # The duplicate-alert cooldown (issue 23); off unless configured.
     dedup: DedupConfig = field(default_factory=DedupConfig)
+    # What one investigation may spend (issue 23); no limits unless configured.
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
 
 
 @dataclass(frozen=True)
@@ -464,3 +508,15 @@ class TarsyConfig:
             if alert_type in chain.alert_types:
                 return chain
         return None
+
+    def budget_for(self, chain: ChainConfig, alert_type: str) -> Budget:
+        """An investigation's budget: ``defaults.budget``, under the chain's own, under
+        the alert type's; ``after_limit`` ``summarize`` unless one of them says."""
+        budget = self.defaults.budget.under(Budget())
+        budget = chain.budget.under(budget)
+        own = self.defaults.budget.alert_types.get(alert_type)
+        if own is not None:
+            budget = own.under(budget)
+        return (
+            budget if budget.after_limit else dataclasses.replace(budget, after_limit="summarize")
+        )

@@ -9,6 +9,7 @@ from typing import Any
 from django.conf import settings
 
 from config.loader import get_config
+from config.types import BUDGET_KINDS, Budget
 from masking import mask_alert
 from masking.bounded import UnsafeInput, load_json
 from sessions import runbooks
@@ -38,6 +39,9 @@ class ValidAlert:
     dedup_key: str = ""
     dedup_window: float = 600.0
     force_new: bool = False
+    # What the investigation may spend: the configured limits, lowered where the alert
+    # asked for less (``budget``); None: no limits.
+    budget: dict[str, Any] | None = None
 
 
 # Alerts are a few levels deep (Alertmanager's webhook is four); anything far deeper is
@@ -51,6 +55,7 @@ ALLOWED_FIELDS = (
     "slack_message_fingerprint",
     "fingerprint",
     "force_new",
+    "budget",
 )
 RUNBOOK_URL_LIMIT = 2000  # characters (AlertSession.runbook_url)
 FINGERPRINT_LIMIT = 500  # characters (AlertSession.slack_message_fingerprint)
@@ -91,6 +96,7 @@ def validate_alert(
     slack_message_fingerprint: Any = None,
     fingerprint: Any = None,
     force_new: Any = None,
+    budget: Any = None,
     unknown_fields: set[str] | frozenset[str] = frozenset(),
 ) -> ValidAlert:
     if unknown_fields:
@@ -147,7 +153,48 @@ def validate_alert(
         dedup_key=dedup_key,
         dedup_window=rule.window,
         force_new=bool(force_new),
+        budget=alert_budget(budget, config.budget_for(chain, alert_type), alert_type),
     )
+
+
+WHOLE_BUDGET_KINDS = ("tokens", "tool_calls", "llm_calls")
+
+
+def alert_budget(asked: Any, configured: Budget, alert_type: str) -> dict[str, Any] | None:
+    """The investigation's limits: the configured ones, lowered where the alert asks for
+    less (``{"cost_usd": 0.1, …}``). Asking for more than is configured is refused."""
+    limits: dict[str, Any] = dict(configured.limits())
+    if asked is not None:
+        if not isinstance(asked, dict):
+            raise AlertRejected(
+                f"'budget' must be an object of limits ({', '.join(BUDGET_KINDS)}), "
+                f"got {type(asked).__name__}"
+            )
+        _only(asked, BUDGET_KINDS, "budget")
+        for kind, value in asked.items():
+            limits[kind] = _asked_limit(kind, value, limits.get(kind), alert_type)
+    if not limits:
+        return None
+    return {**limits, "after_limit": configured.after_limit}
+
+
+def _asked_limit(kind: str, value: Any, cap: float | None, alert_type: str) -> float:
+    whole = kind in WHOLE_BUDGET_KINDS
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or value <= 0
+        or (whole and value != int(value))
+    ):
+        expected = "a whole number of at least 1" if whole else "a number more than 0"
+        unit = " (seconds)" if kind == "wall_time" else ""
+        raise AlertRejected(f"'budget.{kind}' must be {expected}{unit}, got {value!r}")
+    if cap is not None and value > cap:
+        raise AlertRejected(
+            f"'budget.{kind}' asks for {value:g}, more than the {cap:g} configured for alert "
+            f"type {alert_type!r}: an alert may ask for less, never more"
+        )
+    return int(value) if whole else float(value)
 
 
 def _client_fingerprint(value: Any) -> str:

@@ -248,6 +248,7 @@ REAL_PROCESS = (
     "agents/test_chains.py",
     "agents/test_controller.py",
     "agents/test_steering_delivery.py",
+    "agents/test_budget.py",
     "agents/test_kubernetes_mcp_server.py",
     "agents/test_mcp_client.py",
     "agents/test_mcp_hub.py",

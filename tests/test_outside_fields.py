@@ -144,6 +144,11 @@ FIELDS: dict[str, Source] = {
     f"{S}.AlertSession.action_taken": outside("sessions.services.review._steps"),
     f"{S}.AlertSession.investigation_feedback": outside("sessions.services.review._steps"),
     f"{S}.AlertSession.feedback_edited_by": WHO,
+    f"{S}.AlertSession.budget": derived(
+        "numbers: the configured limits, lowered by the alert's own numbers "
+        "(sessions.intake.alert_budget refuses anything else)"
+    ),
+    f"{S}.AlertSession.budget_stop": derived("our words and numbers (sessions.budget.stop_reason)"),
     f"{S}.InvestigationMemory.content": model(
         "a Reflector's lesson, masked again where it is kept (services.memory.memory_create)"
     ),

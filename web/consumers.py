@@ -340,4 +340,9 @@ def _history_html(event_id: int, params: str) -> str:
 
 @functools.lru_cache(maxsize=16)
 def _usage_html(event_id: int, session_id: Any) -> str:
-    return live.usage_fragment(selectors.session_usage_by_id(session_id))
+    """The token meter, and the budget's meters when the session has a budget."""
+    html = live.usage_fragment(selectors.session_usage_by_id(session_id))
+    session = AlertSession.objects.filter(id=session_id).first()
+    if session is not None and session.budget:
+        html += live.budget_fragment(session)
+    return html

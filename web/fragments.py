@@ -142,6 +142,13 @@ def usage_fragment(usage: dict[str, Any]) -> str:
     )
 
 
+def budget_fragment(session: AlertSession) -> str:
+    """The session page's budget meters (templates/sessions/partials/_budget.html)."""
+    from web.templatetags.tarsy import budget_meters
+
+    return render_to_string("sessions/partials/_budget.html", budget_meters(session, live=True))
+
+
 def panels_fragment(panels) -> str:
     html = render_to_string(
         "sessions/partials/_active_panel.html", {"panels": panels, "live": True}

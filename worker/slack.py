@@ -1,5 +1,6 @@
 """Slack messages about sessions: "investigating" when a session from a Slack alert
-starts, and how it ended, with a link to its page.
+starts, how it ended, with a link to its page, and "Alert repeated xN" when duplicates
+of its alert came in (at milestones: ``sessions/services/slack.py``).
 
 A session that came from a Slack message carries that message's fingerprint (some text
 of it); TARSy finds the message in the channel's last 24 hours and replies in its
@@ -25,6 +26,7 @@ from config.types import SlackConfig
 from masking import mask_alert, mask_text
 from sessions import services
 from sessions.models import AlertSession, SessionStatus, SlackMessage
+from sessions.services.slack import repeat_number
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +67,13 @@ def deliver(session_id: Any, kind: str, *, clock=time.time) -> SlackMessage | No
         client = _client(slack)
         thread_ts = _thread(client, slack.channel, session, clock)
         link = session_link(config.system.dashboard_url, session.id)
-        blocks = (
-            start_blocks(link) if kind == SlackMessage.Kind.START else end_blocks(session, link)
-        )
+        repeats = repeat_number(kind)
+        if kind == SlackMessage.Kind.START:
+            blocks = start_blocks(link)
+        elif repeats is not None:
+            blocks = repeat_blocks(repeats, session, link)
+        else:
+            blocks = end_blocks(session, link)
         response = client.chat_postMessage(
             channel=slack.channel,
             blocks=blocks,
@@ -119,6 +125,15 @@ def start_blocks(link: str) -> list[dict[str, Any]]:
     if link:
         text += f"\n<{link}|Follow the investigation>"
     return [_section(text)]
+
+
+def repeat_blocks(count: int, session: AlertSession, link: str) -> list[dict[str, Any]]:
+    """The reply to the session's ``count``-th duplicate alert (the count it reached when
+    the reply was due: later repeats have replies of their own)."""
+    see = f"<{link}|the session in TARSy>" if link else f"session {session.id} in TARSy"
+    return [
+        _section(f":repeat: *Alert repeated \u00d7{count}* \u2014 no new investigation; see {see}")
+    ]
 
 
 def end_blocks(session: AlertSession, link: str) -> list[dict[str, Any]]:
@@ -198,6 +213,9 @@ def _fallback_text(kind: str, session: AlertSession) -> str:
     """What notifications and screen readers show instead of the blocks."""
     if kind == SlackMessage.Kind.START:
         return "TARSy is investigating this alert."
+    repeats = repeat_number(kind)
+    if repeats is not None:
+        return f"Alert repeated \u00d7{repeats} \u2014 no new investigation"
     return ENDINGS.get(session.status, ("", f"Ended: {session.status}"))[1]
 
 

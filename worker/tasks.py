@@ -104,8 +104,8 @@ def reflect_on_feedback(reflection_id: str) -> str:
 
 
 def slack_notify(session_id: str, kind: str) -> str:
-    """Post a session's Slack message (``start`` or ``end``) once; failures are recorded on
-    the session, never raised (fail open)."""
+    """Post a session's Slack message (``start``, ``end``, a repeat's ``rep-N``) once;
+    failures are recorded on the session, never raised (fail open)."""
     close_old_connections()
     message = slack.deliver(session_id, kind)
     return "skipped" if message is None else message.status

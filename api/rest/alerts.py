@@ -35,6 +35,7 @@ def alert_create(request: HttpRequest) -> JsonResponse:
         slack_message_fingerprint=body.get("slack_message_fingerprint"),
         fingerprint=body.get("fingerprint"),
         force_new=body.get("force_new"),
+        budget=body.get("budget"),
         unknown_fields=set(body) - set(ALLOWED_FIELDS),
     )
     try:
@@ -50,6 +51,7 @@ def alert_create(request: HttpRequest) -> JsonResponse:
             fingerprint=alert.dedup_key,
             window=alert.dedup_window,
             force_new=alert.force_new,
+            budget=alert.budget,
         )
     except services.SessionNotQueued as exc:
         raise ApiRejected(f"{exc}; nothing was stored, send the alert again", 503) from None

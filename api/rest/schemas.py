@@ -48,6 +48,15 @@ class McpSelection(BaseModel):
     native_tools: NativeTools | None = None
 
 
+class BudgetIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tokens: int | None = Field(None, ge=1)
+    cost_usd: float | None = Field(None, gt=0)
+    wall_time: float | None = Field(None, gt=0, description="Seconds.")
+    tool_calls: int | None = Field(None, ge=1)
+    llm_calls: int | None = Field(None, ge=1)
+
+
 class AlertIn(BaseModel):
     """``data`` is the alert's text; an object or array is accepted too and stored as
     indented JSON (our extension: TARSy takes a string only)."""
@@ -67,6 +76,11 @@ class AlertIn(BaseModel):
     )
     force_new: bool | None = Field(
         None, description="Start a new investigation even if this alert repeats a recent one."
+    )
+    budget: BudgetIn | None = Field(
+        None,
+        description="Lower limits for this investigation than the configured budget "
+        "(never higher).",
     )
 
 
@@ -280,7 +294,32 @@ class SessionDetail(ReviewFields):
     mcp_selection: Opt[dict[str, Any]]
     cancelled_by: Opt[str] = Field(None, description="Ours: who cancelled the session.")
     cancel_reason: Opt[str] = Field(None, description="Ours: the reason they gave.")
+    repeat_count: int = Field(
+        0, description="Ours: duplicate alerts recorded on this session (defaults.dedup)."
+    )
+    last_repeated_at: datetime | None = Field(
+        None, description="Ours: when the last duplicate came in; null when none did."
+    )
+    budget: SessionBudgetOut | None = Field(
+        None,
+        description="Ours: the investigation's budget (limits, spent, which limit stopped "
+        "it); null without one.",
+    )
     stages: list[StageOverview]
+
+
+class SessionBudgetOut(Model):
+    limits: dict[str, float] = Field(
+        description="tokens, cost_usd, wall_time (seconds), tool_calls, llm_calls: the "
+        "configured ones, lowered where the alert asked."
+    )
+    spent: dict[str, float] = Field(
+        description="The same keys: what the investigation spent (chat and scoring not counted)."
+    )
+    after_limit: str = Field(description="summarize or stop.")
+    stopped_by: str | None = Field(
+        description="The limit that stopped the investigation ('cost $0.50 of $0.50'), or null."
+    )
 
 
 class ChainStatistics(Model):

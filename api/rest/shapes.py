@@ -12,6 +12,7 @@ from django.db.models import Count, Q, Sum
 from api.protocol import timeline_metadata
 from api.rest.common import iso, sid
 from config.loader import get_config
+from sessions import budget
 from sessions.models import (
     AgentExecution,
     AlertSession,
@@ -19,6 +20,7 @@ from sessions.models import (
     ExecutionStatus,
     LLMInteraction,
     MCPInteraction,
+    SessionRepeats,
     Stage,
     StageType,
     TimelineEvent,
@@ -287,6 +289,13 @@ def session_detail(session: AlertSession) -> dict[str, Any]:
         data["cancelled_by"] = session.cancelled_by
     if session.cancel_reason:
         data["cancel_reason"] = session.cancel_reason
+    # Ours: the duplicates of its alert it took in (the duplicate-alert cooldown). Only
+    # here, one query: the list does not carry them.
+    repeats = SessionRepeats.objects.filter(session=session).values_list("count", "last_at")
+    count, last_at = repeats.first() or (0, None)
+    data["repeat_count"] = count
+    data["last_repeated_at"] = iso(last_at)
+    data["budget"] = budget.as_json(session)
     return data
 
 

@@ -105,6 +105,13 @@ class AlertSession(models.Model):
     # Where the runbook came from when it was fetched (the alert's, or defaults.runbook).
     runbook_url = models.CharField(max_length=2000, blank=True)
     slack_message_fingerprint = models.CharField(max_length=500, blank=True)
+    # What the investigation may spend (agents/budget.py): the configured limits the
+    # alert accepted, as {"tokens", "cost_usd", "wall_time", "tool_calls", "llm_calls",
+    # "after_limit"}; null: no limits. ``budget_stop`` says which one stopped it, when
+    # one did ("cost $0.50 of $0.50"). Both nullable so that adding them leaves the table
+    # as it is (SQLite copies every row to add a NOT NULL column); null reads as "".
+    budget = models.JSONField(null=True, blank=True)
+    budget_stop = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     # Review (sessions/services/review.py): "" while the session runs, set when it ends,
     # then moved by people.
     review_status = models.CharField(max_length=20, choices=ReviewStatus.choices, blank=True)

@@ -19,6 +19,7 @@ ended sessions), ``shutdown`` (what a stopping cluster hands back), ``leases``,
 ``events``.
 """
 
+from sessions.services.budget import session_budget_skipped, session_budget_stop
 from sessions.services.chat import (
     CHAT_CONTENT_LIMIT,
     ChatRejected,
@@ -199,6 +200,8 @@ __all__ = [
     "scores_requeue_lost",
     "scores_time_out_orphans",
     "serialize_transaction",
+    "session_budget_skipped",
+    "session_budget_stop",
     "session_cancel",
     "session_claim",
     "session_create",

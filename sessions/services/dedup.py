@@ -30,6 +30,7 @@ from sessions.models import (
 from sessions.services.events import serialize_transaction
 from sessions.services.lifecycle import session_create
 from sessions.services.records import item_complete, item_create
+from sessions.services.slack import notify_on_repeat
 
 # Tries when two first alerts of one fingerprint both insert its row (the unique index
 # turns the second away; it then finds the first one's session).
@@ -146,4 +147,6 @@ def _record(session: AlertSession, alert_data: str, author: str, now: datetime) 
             metadata=metadata,
         )
     repeats.save()
+    # Queued in this transaction: the reply exists exactly when the repeat is recorded.
+    notify_on_repeat(session, repeats.count)
     return repeats.count

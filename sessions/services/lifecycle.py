@@ -54,6 +54,7 @@ def session_create(
     runbook_url: str = "",
     slack_message_fingerprint: str = "",
     mcp_selection: dict[str, Any] | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> AlertSession:
     """Store an accepted alert together with its queued investigation, or neither.
 
@@ -71,6 +72,7 @@ def session_create(
             runbook_url=runbook_url,
             slack_message_fingerprint=slack_message_fingerprint,
             mcp_selection=mcp_selection,
+            budget=budget,
             enqueued_at=timezone.now(),
         )
         SessionSearch.objects.create(session=session, body=search.document(session, []))

@@ -4,6 +4,11 @@
 the session (``followups``), so the task exists exactly when the change commits. The
 task (``worker.tasks.slack_notify``) posts through ``worker/slack.py`` and records
 the outcome here.
+
+``notify_on_repeat`` runs inside the transaction that records a duplicate alert on a
+session (the duplicate-alert cooldown, ``sessions/services/dedup.py``): the session's
+thread gets "Alert repeated xN" at milestones only (1, 2, 5, 10, 20, 50, 100, ...), so
+a storm of 50 posts 6 replies, each its own message kind (``rep-5``) posted once.
 """
 
 from __future__ import annotations
@@ -33,6 +38,47 @@ def notify_on_end(session_id: Any, status: str) -> None:
     """Queue the message that says how a session ended."""
     if get_config().system.slack.enabled:
         _queue(session_id, SlackMessage.Kind.END)
+
+
+# A reply kind is "rep-<count>"; SlackMessage.kind holds 10 characters, so the last
+# milestone that has a reply is 500,000 (beyond it the thread is told nothing more).
+REPEAT_KIND_PREFIX = "rep-"
+_KIND_LENGTH = 10
+
+
+def notify_on_repeat(session: AlertSession, count: int) -> None:
+    """Queue the thread reply "Alert repeated xN" when the session, which came from a
+    Slack alert, has just taken in its ``count``-th repeat and that is a milestone.
+
+    Only the session's own Slack thread is replied in: a repeat that came with a
+    ``slack_message_fingerprint`` of its own (another Slack message) is told in the
+    original investigation's thread, where the SRE following the alert already is, and
+    its own message gets no reply."""
+    if not session.slack_message_fingerprint or not get_config().system.slack.enabled:
+        return
+    kind = repeat_kind(count)
+    if kind:
+        _queue(session.id, kind)
+
+
+def is_repeat_milestone(count: int) -> bool:
+    """1, 2, 5, 10, 20, 50, 100, ...: a leading 1, 2 or 5 and only zeros after it."""
+    digits = str(count)
+    return count > 0 and digits[0] in "125" and set(digits[1:]) <= {"0"}
+
+
+def repeat_kind(count: int) -> str:
+    """The message kind of the reply to the ``count``-th repeat; "" when none is due."""
+    kind = f"{REPEAT_KIND_PREFIX}{count}"
+    return kind if is_repeat_milestone(count) and len(kind) <= _KIND_LENGTH else ""
+
+
+def repeat_number(kind: str) -> int | None:
+    """The repeat count a message kind replies to (``rep-5`` -> 5); None for the others."""
+    number = kind.removeprefix(REPEAT_KIND_PREFIX)
+    if number == kind or not (number.isascii() and number.isdigit()):
+        return None
+    return int(number)
 
 
 def slack_message_record(

@@ -193,3 +193,12 @@ def safe_url(url: str) -> str:
     from masking.shown import safe_url as strip
 
     return strip(url or "")
+
+
+@register.inclusion_tag("sessions/partials/_budget.html")
+def budget_meters(session, live: bool = False) -> dict[str, Any]:
+    """The session's budget as meters, and which limit stopped it (sessions/budget.py);
+    nothing for a session without a budget."""
+    from sessions.budget import meters
+
+    return {"meters": meters(session), "stop": session.budget_stop or "", "live": live}

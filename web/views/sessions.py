@@ -81,6 +81,7 @@ def session_new(request: HttpRequest) -> HttpResponse:
                 fingerprint=form.alert.dedup_key,
                 window=form.alert.dedup_window,
                 force_new=form.alert.force_new,
+                budget=form.alert.budget,
             )
         except services.SessionNotQueued as exc:
             form.add_error(None, f"{exc}; nothing was stored, submit it again.")
