@@ -181,7 +181,26 @@ def file_warnings(file: TarsyFile, skills: Collection[str] = ()) -> list[Problem
     for key, why in QUEUE_NOT_APPLIED.items():
         if getattr(file.queue, key) is not None:
             warnings.append((("queue", key), f"accepted, not applied: {why}"))
+    cost = file.system.cost_estimation
+    if not (cost.enabled and cost.model_rates):
+        message = (
+            "a cost limit needs the models' rates (system.cost_estimation.model_rates); "
+            "without them calls cost nothing and this limit is never reached"
+        )
+        warnings += [(loc, message) for loc in _cost_limits(file)]
     return warnings
+
+
+def _cost_limits(file: TarsyFile) -> Iterator[Loc]:
+    budget = file.defaults.budget
+    if budget.cost_usd is not None:
+        yield ("defaults", "budget", "cost_usd")
+    for alert_type, own in budget.alert_types.items():
+        if own.cost_usd is not None:
+            yield ("defaults", "budget", "alert_types", alert_type, "cost_usd")
+    for chain_id, chain in file.agent_chains.items():
+        if chain.budget.cost_usd is not None:
+            yield ("agent_chains", chain_id, "budget", "cost_usd")
 
 
 UNBUILT = "accepted; {what} is not built in this version yet, so this has no effect"

@@ -139,6 +139,9 @@ def repeat_blocks(count: int, session: AlertSession, link: str) -> list[dict[str
 def end_blocks(session: AlertSession, link: str) -> list[dict[str, Any]]:
     emoji, label = ENDINGS.get(session.status, (":grey_question:", f"Ended: {session.status}"))
     blocks = [_section(f"{emoji} *{label}*")]
+    if session.budget_stop:
+        # A budget's stop is never silent: the thread says which limit ended it.
+        blocks.append(_section(f":money_with_wings: Stopped by budget: {session.budget_stop}"))
     if session.status == SessionStatus.COMPLETED:
         body = session.executive_summary or session.final_analysis
     else:

@@ -39,10 +39,11 @@ def tool_turns(count: int = 12, *, delay: float | None = None) -> list[dict]:
 def budgeted(tarsy_config):
     """A two-stage chain (one agent, then two side by side) with ``budget``."""
 
-    def use(budget: dict, **defaults) -> None:
+    def use(budget: dict, stages: list | None = None, chain_keys: dict | None = None) -> None:
+        chain_keys = chain_keys or {}
+
         def change(config: dict) -> None:
             config["defaults"]["memory"] = {"enabled": False}
-            config["defaults"].update(defaults)
             for name in ("PodAgent", "EventAgent"):
                 config["agents"][name] = {
                     "description": "Reads pods.",
@@ -51,13 +52,15 @@ def budgeted(tarsy_config):
             config["agent_chains"]["budgeted"] = {
                 "alert_types": ["Budgeted"],
                 "budget": budget,
-                "stages": [
+                "stages": stages
+                or [
                     {"name": "first", "agents": [{"name": "KubernetesAgent"}]},
                     {
                         "name": "second",
                         "agents": [{"name": "PodAgent"}, {"name": "EventAgent"}],
                     },
                 ],
+                **chain_keys,
             }
             config.setdefault("system", {})["cost_estimation"] = {
                 # A dollar a token: the scripted model counts a word as a token.
@@ -233,3 +236,98 @@ def test_no_budget_no_stop(budgeted, scripted_provider):
     assert session.budget_stop is None
     assert forced(session) == []
     assert as_json(session) is None
+
+
+def test_sub_agents_spend_the_same_budget_and_conclude_before_their_orchestrator(
+    budgeted, scripted_provider
+):
+    budgeted(
+        {"llm_calls": 5},
+        stages=[
+            {
+                "name": "orchestrated",
+                "agents": [{"name": "KubernetesAgent"}],
+                "sub_agents": ["PodAgent", "EventAgent"],
+            }
+        ],
+    )
+    dispatch = [
+        {"name": "orchestrator.dispatch_agent", "arguments": {"name": name, "task": f"{name}."}}
+        for name in ("PodAgent", "EventAgent")
+    ]
+    scripted_provider(
+        [{"text": "unused"}],
+        agents={
+            "KubernetesAgent": {
+                "turns": [
+                    {"text": "Two questions at once.", "tool_calls": dispatch},
+                    *[{"text": "Orchestrator: what my sub-agents found."}] * 4,
+                ]
+            },
+            "PodAgent": {"turns": tool_turns()},
+            "EventAgent": {"turns": tool_turns()},
+        },
+    )
+    session = start()
+    assert run_session(str(session.id)) == "completed"
+    session.refresh_from_db()
+    assert session.budget_stop.startswith("LLM calls ")
+    assert session.budget_stop.endswith(" of 5")
+    # Each agent, the sub-agents too, concluded once on the budget.
+    concluded = sorted(item.execution.agent_name for item in forced(session))
+    assert concluded == ["EventAgent", "KubernetesAgent", "PodAgent"]
+    executions = AgentExecution.objects.filter(session=session, stage__name="orchestrated")
+    assert {e.agent_name: e.status for e in executions} == {
+        "KubernetesAgent": "completed",
+        "PodAgent": "completed",
+        "EventAgent": "completed",
+    }
+    # The orchestrator's conclusion was asked after both sub-agents' answers came in.
+    last = LLMInteraction.objects.filter(
+        session=session, execution__agent_name="KubernetesAgent"
+    ).latest("id")
+    assert last.interaction_type == "forced_conclusion"
+    conversation = " ".join(m["content"] for m in request_messages(last))
+    assert "[Sub-agent completed] PodAgent" in conversation
+    assert "[Sub-agent completed] EventAgent" in conversation
+
+
+def test_a_fallback_providers_calls_count_against_the_same_budget(
+    budgeted, scripted_provider, write_script
+):
+    from llm.models import LLMProvider, ProviderType
+
+    budgeted(
+        {"llm_calls": 3},
+        stages=[{"name": "first", "agents": [{"name": "KubernetesAgent"}]}],
+        chain_keys={"fallback_providers": [{"provider": "backup"}]},
+    )
+    failing = {"error": {"code": "auth_error", "message": "bad key", "retryable": False}}
+    scripted_provider([{"text": "unused"}], agents={"KubernetesAgent": {"turns": [failing]}})
+    LLMProvider.objects.create(
+        name="backup",
+        type=ProviderType.SCRIPTED,
+        model="script",
+        options={
+            "script": write_script(
+                [{"text": "unused"}], agents={"KubernetesAgent": {"turns": tool_turns()}}
+            )
+        },
+    )
+    session = start()
+    assert run_session(str(session.id)) == "completed"
+    session.refresh_from_db()
+    # The primary's failed call, then two on the fallback: three calls.
+    calls = list(
+        LLMInteraction.objects.filter(session=session)
+        .exclude(interaction_type="executive_summary")
+        .order_by("id")
+        .values_list("provider", "interaction_type")
+    )
+    assert calls == [
+        ("scripted-test", "iteration"),
+        ("backup", "iteration"),
+        ("backup", "iteration"),
+        ("backup", "forced_conclusion"),
+    ]
+    assert session.budget_stop == "LLM calls 3 of 3"

@@ -164,3 +164,19 @@ def test_wrong_budgets_are_refused_by_name(client, api_token, budget, problem):
     assert response.status_code == 400, response.content
     assert problem in response.json()["message"]
     assert not AlertSession.objects.exists()
+
+
+def test_a_cost_limit_without_rates_is_warned_about_by_key():
+    config = load(
+        "defaults:\n  budget:\n    cost_usd: 0.5\n" + CHAIN.replace("tool_calls: 30", "cost_usd: 1")
+    )
+    assert any(
+        "defaults.budget.cost_usd" in warning and "model_rates" in warning
+        for warning in config.warnings
+    ), config.warnings
+    assert any("agent_chains.c.budget.cost_usd" in warning for warning in config.warnings)
+    priced = load(
+        "defaults:\n  budget:\n    cost_usd: 0.5\nsystem:\n  cost_estimation:\n"
+        "    model_rates: {gemini: {input_per_million: 1, output_per_million: 2}}\n"
+    )
+    assert not any("model_rates" in warning for warning in priced.warnings)

@@ -336,6 +336,20 @@ def test_end_blocks_of_a_failed_session_carry_the_error():
     ]
 
 
+def test_end_blocks_of_a_session_stopped_by_its_budget_say_so():
+    session = AlertSession(
+        status=SessionStatus.COMPLETED,
+        executive_summary="The pool is exhausted.",
+        budget_stop="cost $0.50 of $0.50",
+    )
+    blocks = slack.end_blocks(session, "")
+    assert [b["text"]["text"] for b in blocks] == [
+        ":white_check_mark: *Investigation complete*",
+        ":money_with_wings: Stopped by budget: cost $0.50 of $0.50",
+        "The pool is exhausted.",
+    ]
+
+
 async def test_the_session_page_shows_a_slack_message_live(user):
     from asgiref.sync import sync_to_async
     from channels.routing import URLRouter

@@ -93,7 +93,12 @@ def with_actions(session: AlertSession) -> None:
     stage(session, 3, stage_type=StageType.ACTION)
 
 
+def with_budget_stop(session: AlertSession) -> None:
+    AlertSession.objects.filter(id=session.id).update(budget_stop="cost $0.50 of $0.50")
+
+
 FEATURES = {
+    "budget": with_budget_stop,
     "parallel": with_parallel,
     "sub-agents": with_sub_agents,
     "fallback": with_fallback,
