@@ -470,9 +470,12 @@ class ScoringSchema(Schema):
         return dataclasses.replace(base, **own)
 
 
+MAX_BUDGET = 1e12  # a limit past any real spend; the session stores it as a JSON number
+
+
 def _more_than_zero(value: float | None) -> str | None:
-    if value is not None and value <= 0:
-        return f"expected a number more than 0, got {value!r}"
+    if value is not None and not 0 < value <= MAX_BUDGET:
+        return f"expected a number more than 0, at most {MAX_BUDGET:g}, got {value!r}"
     return None
 
 
@@ -480,11 +483,11 @@ class BudgetSchema(Schema):
     """What one investigation may spend (``budget``, agents/budget.py): each key a limit,
     unset keys from the level below (``defaults.budget``, the chain's, the alert type's)."""
 
-    tokens: PositiveInt | None = None
+    tokens: Annotated[PositiveInt | None, check(_more_than_zero)] = None
     cost_usd: Annotated[Number | None, check(_more_than_zero)] = None
-    wall_time: Duration | None = None
-    tool_calls: PositiveInt | None = None
-    llm_calls: PositiveInt | None = None
+    wall_time: Annotated[Duration | None, check(_more_than_zero)] = None
+    tool_calls: Annotated[PositiveInt | None, check(_more_than_zero)] = None
+    llm_calls: Annotated[PositiveInt | None, check(_more_than_zero)] = None
     after_limit: Annotated[Text, one_of(AFTER_LIMIT, "after_limit")] | None = None
 
     def build(self) -> Budget:

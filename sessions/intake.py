@@ -158,6 +158,7 @@ def validate_alert(
 
 
 WHOLE_BUDGET_KINDS = ("tokens", "tool_calls", "llm_calls")
+MAX_BUDGET_VALUE = 1e12
 
 
 def alert_budget(asked: Any, configured: Budget, alert_type: str) -> dict[str, Any] | None:
@@ -183,12 +184,16 @@ def _asked_limit(kind: str, value: Any, cap: float | None, alert_type: str) -> f
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
-        or value <= 0
+        # JSON reads 1e400 as infinity; the largest sensible limit is far below this.
+        or not 0 < value <= MAX_BUDGET_VALUE
         or (whole and value != int(value))
     ):
         expected = "a whole number of at least 1" if whole else "a number more than 0"
         unit = " (seconds)" if kind == "wall_time" else ""
-        raise AlertRejected(f"'budget.{kind}' must be {expected}{unit}, got {value!r}")
+        raise AlertRejected(
+            f"'budget.{kind}' must be {expected}{unit}, at most {MAX_BUDGET_VALUE:g}, "
+            f"got {_brief(value)}"
+        )
     if cap is not None and value > cap:
         raise AlertRejected(
             f"'budget.{kind}' asks for {value:g}, more than the {cap:g} configured for alert "
@@ -358,6 +363,11 @@ def _check_size(field: str, text: str) -> None:
             status=413,
             max_bytes=limit,
         )
+
+
+def _brief(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def _shorten(value: str, limit: int = 60) -> str:

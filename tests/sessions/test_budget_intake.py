@@ -59,6 +59,9 @@ def test_no_budget_unless_configured():
         ("after_limit: later", "defaults.budget.after_limit", "allowed: summarize, stop"),
         ("alert_types: {nope: {}}", "defaults.budget.alert_types.nope", "unknown alert type"),
         ("cost: 1", "defaults.budget.cost", "unknown key"),
+        ("cost_usd: .inf", "defaults.budget.cost_usd", "at most 1e+12"),
+        ("wall_time: 1.0e+400", "defaults.budget.wall_time", "at most 1e+12"),
+        (f"tokens: {10**30}", "defaults.budget.tokens", "at most 1e+12"),
     ],
 )
 def test_config_errors_name_the_key(text, key, problem):
@@ -152,11 +155,19 @@ def test_without_a_configured_budget_an_alert_brings_its_own(client, api_token):
     [
         ([1], "'budget' must be an object of limits"),
         ({"money": 1}, "unknown field(s) in 'budget': 'money'"),
-        ({"tokens": 0}, "'budget.tokens' must be a whole number of at least 1, got 0"),
+        (
+            {"tokens": 0},
+            "'budget.tokens' must be a whole number of at least 1, at most 1e+12, got 0",
+        ),
         ({"tokens": 2.5}, "'budget.tokens' must be a whole number"),
         ({"tool_calls": True}, "'budget.tool_calls' must be a whole number"),
-        ({"cost_usd": "0.1"}, "'budget.cost_usd' must be a number more than 0, got '0.1'"),
+        (
+            {"cost_usd": "0.1"},
+            "'budget.cost_usd' must be a number more than 0, at most 1e+12, got '0.1'",
+        ),
         ({"wall_time": -5}, "'budget.wall_time' must be a number more than 0 (seconds)"),
+        ({"tokens": 10**400}, "'budget.tokens' must be a whole number of at least 1, at most"),
+        ({"llm_calls": 1e300}, "'budget.llm_calls' must be a whole number"),
     ],
 )
 def test_wrong_budgets_are_refused_by_name(client, api_token, budget, problem):
@@ -180,3 +191,15 @@ def test_a_cost_limit_without_rates_is_warned_about_by_key():
         "    model_rates: {gemini: {input_per_million: 1, output_per_million: 2}}\n"
     )
     assert not any("model_rates" in warning for warning in priced.warnings)
+
+
+@pytest.mark.django_db
+def test_a_number_too_large_for_a_float_is_refused(client, api_token):
+    response = client.post(
+        "/api/v1/alerts",
+        data='{"data": "pod down", "budget": {"cost_usd": 1e400}}',
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {api_token}",
+    )
+    assert response.status_code == 400, response.content
+    assert "'budget.cost_usd' must be a number more than 0" in response.json()["message"]
