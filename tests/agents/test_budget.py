@@ -331,3 +331,29 @@ def test_a_fallback_providers_calls_count_against_the_same_budget(
         ("backup", "forced_conclusion"),
     ]
     assert session.budget_stop == "LLM calls 3 of 3"
+
+
+def test_a_resumed_run_starts_from_what_the_session_already_spent(budgeted, scripted_provider):
+    """A run after a lost worker counts the calls made before it (a chat's do not count)."""
+    budgeted({"llm_calls": 3}, stages=[{"name": "first", "agents": [{"name": "KubernetesAgent"}]}])
+    scripted_provider([{"text": "unused"}], agents={"KubernetesAgent": {"turns": tool_turns()}})
+    session = start()
+    for index, stage_type in ((50, "investigation"), (51, "chat")):
+        stage = Stage.objects.create(
+            session=session, name=f"earlier {stage_type}", index=index, stage_type=stage_type
+        )
+        execution = AgentExecution.objects.create(
+            session=session, stage=stage, agent_name="KubernetesAgent"
+        )
+        for _ in range(2):
+            LLMInteraction.objects.create(
+                session=session, execution=execution, provider="p", backend="b", total_tokens=10
+            )
+    assert run_session(str(session.id)) == "completed"
+    session.refresh_from_db()
+    assert session.budget_stop == "LLM calls 3 of 3"
+    ran = LLMInteraction.objects.filter(session=session, execution__stage__name="first")
+    assert list(ran.order_by("id").values_list("interaction_type", flat=True)) == [
+        "iteration",
+        "forced_conclusion",
+    ]
