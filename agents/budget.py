@@ -43,7 +43,6 @@ class SessionBudget:
         self._clock = clock
         self._started = clock() - used.wall_time
         self.stopped = ""  # which limit stopped the investigation, in words
-        self.stopped_kind = ""
 
     @classmethod
     def of(cls, session: AlertSession, lease: services.Lease) -> SessionBudget | None:
@@ -77,7 +76,7 @@ class SessionBudget:
             used = self.used(kind)
             if used >= limit:
                 # Set before the write: parallel agents of the same loop record it once.
-                self.stopped, self.stopped_kind = stop_reason(kind, used, limit), kind
+                self.stopped = stop_reason(kind, used, limit)
                 await db(services.session_budget_stop)(
                     lease=self.lease,
                     kind=kind,

@@ -365,7 +365,7 @@ async def _run_chain(
             return (
                 analysis,
                 "",
-                f"Not written: the investigation was stopped by its budget ({budget.stopped}) "
+                f"the investigation was stopped by its budget ({budget.stopped}) "
                 "and budget.after_limit is 'stop'",
             )
     summary, summary_error = await executive_summary(run, analysis)
