@@ -69,7 +69,20 @@ class AlertForm(forms.Form):
         label="Start a new investigation even if this alert repeats a recent one",
         required=False,
     )
+    # Lower limits for this investigation than the configured budget (defaults.budget).
+    budget_tokens = forms.IntegerField(label="Tokens", required=False, min_value=1)
+    budget_cost_usd = forms.FloatField(label="Cost (USD)", required=False, min_value=0.0001)
+    budget_wall_time = forms.FloatField(label="Wall time (seconds)", required=False, min_value=1)
+    budget_tool_calls = forms.IntegerField(label="Tool calls", required=False, min_value=1)
+    budget_llm_calls = forms.IntegerField(label="LLM calls", required=False, min_value=1)
     OVERRIDE_FIELDS = ("mcp_servers", "mcp_tools")
+    BUDGET_FIELDS = (
+        "budget_tokens",
+        "budget_cost_usd",
+        "budget_wall_time",
+        "budget_tool_calls",
+        "budget_llm_calls",
+    )
 
     def __init__(self, *args, **kwargs) -> None:
         from sessions.models import MCPServerHealth
@@ -142,10 +155,20 @@ class AlertForm(forms.Form):
                     slack_message_fingerprint=cleaned.get("slack_message_fingerprint", ""),
                     fingerprint=cleaned.get("fingerprint") or None,
                     force_new=bool(cleaned.get("force_new")),
+                    budget=self.budget(cleaned),
                 )
             except AlertRejected as rejected:
                 raise forms.ValidationError(str(rejected)) from None
         return cleaned
+
+    def budget(self, cleaned: dict) -> dict | None:
+        """The limits filled in, as the API's ``budget`` (None: none filled in)."""
+        asked = {
+            name.removeprefix("budget_"): cleaned[name]
+            for name in self.BUDGET_FIELDS
+            if cleaned.get(name) is not None
+        }
+        return asked or None
 
     def _runbook(self, cleaned: dict) -> str:
         written, chosen = cleaned.get("runbook", ""), cleaned.get("runbook_choice", "")

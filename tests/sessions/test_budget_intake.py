@@ -203,3 +203,48 @@ def test_a_number_too_large_for_a_float_is_refused(client, api_token):
     )
     assert response.status_code == 400, response.content
     assert "'budget.cost_usd' must be a number more than 0" in response.json()["message"]
+
+
+# --- the web form -------------------------------------------------------------------------------
+
+
+def submit_form(browser_client, **fields):
+    browser_client.get("/sessions/new/")
+    return browser_client.post(
+        "/sessions/new/",
+        {
+            "csrfmiddlewaretoken": browser_client.cookies["csrftoken"].value,
+            "alert_type": "kubernetes",
+            "data": "pod down",
+            **fields,
+        },
+    )
+
+
+@pytest.mark.django_db
+def test_the_form_asks_for_less(browser_client, budget_on):
+    page = browser_client.get("/sessions/new/").content.decode()
+    assert 'id="budget-override"' in page
+    assert 'name="budget_cost_usd"' in page
+    response = submit_form(browser_client, budget_cost_usd="0.2", budget_llm_calls="8")
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    assert AlertSession.objects.get().budget == {
+        "cost_usd": 0.2,
+        "tool_calls": 20,
+        "llm_calls": 8,
+        "after_limit": "stop",
+    }
+
+
+@pytest.mark.django_db
+def test_the_form_refuses_more_and_keeps_what_was_typed(browser_client, budget_on):
+    response = submit_form(browser_client, budget_tool_calls="500")
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "more than the 20 configured for alert type" in page
+    assert 'value="500"' in page  # nothing typed is lost
+    assert " open>" in page.split('id="budget-override"', 1)[1][:20]
+    assert not AlertSession.objects.exists()
+    response = submit_form(browser_client, budget_tokens="lots")
+    assert response.status_code == 400
+    assert "Enter a whole number." in response.content.decode()
