@@ -42,6 +42,7 @@ from sessions.services.records import (
     search_text_update,
     stage_close,
 )
+from sessions.services.steering import steering_undelivered_tell
 
 
 def session_create(
@@ -176,6 +177,7 @@ def session_end(
                 metadata={},
                 status=TimelineEventStatus.FAILED,
             )
+        steering_undelivered_tell(lease.session_id)
         AlertSession.objects.filter(id=lease.session_id, lease_token=lease.token).update(
             status=status,
             final_analysis=final_analysis,

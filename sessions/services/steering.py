@@ -145,3 +145,23 @@ def steering_notes_take(
             ignore_conflicts=True,
         )
     return notes
+
+
+def steering_undelivered_tell(session_id: Any) -> None:
+    """Inside the transaction that ends the session (which refuses notes from then on):
+    a note no agent got, added after the last model call, is said so on the timeline, so
+    that no one believes it was acted on."""
+    undelivered = SteeringNote.objects.filter(
+        session_id=session_id, deliveries__isnull=True
+    ).order_by("id")
+    for note in undelivered:
+        item_create(
+            session_id=session_id,
+            execution=None,
+            sequence_number=None,
+            event_type=TimelineEventType.WARNING,
+            content=f"Guidance from {note.author or 'an SRE'} reached no agent: the "
+            "investigation made no model call after it was added.",
+            metadata={"source": "steering", "note_id": note.id},
+            status=TimelineEventStatus.COMPLETED,
+        )

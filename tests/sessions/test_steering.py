@@ -269,3 +269,26 @@ def test_a_live_note_renders_with_its_author(client, api_token):
     assert "Guidance from alice" in html
     assert "pool size &lt;changed&gt;" in html
     assert 'data-upsert-into="#session-items"' in html
+
+
+def test_a_note_no_agent_got_is_said_so_when_the_session_ends():
+    from sessions import services
+    from sessions.models import AgentExecution, Stage
+
+    session, lease = running_session()
+    stage = Stage.objects.create(session=session, name="s", index=0)
+    execution = AgentExecution.objects.create(session=session, stage=stage, agent_name="a")
+    heard = services.steering_note_add(session_id=session.id, text="heard", author="alice")
+    services.steering_notes_take(lease=lease, execution=execution, after=0)
+    # Added after the last model call: no agent will read it.
+    services.steering_note_add(session_id=session.id, text="too late", author="bob")
+    services.session_end(lease=lease, status=SessionStatus.COMPLETED, final_analysis="done")
+    warnings = TimelineEvent.objects.filter(session=session, event_type="warning")
+    assert [(w.content, w.metadata["note_id"]) for w in warnings] == [
+        (
+            "Guidance from bob reached no agent: the investigation made no model call after "
+            "it was added.",
+            SteeringNote.objects.get(text="too late").id,
+        )
+    ]
+    assert heard.id != warnings[0].metadata["note_id"]
