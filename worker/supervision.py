@@ -349,7 +349,13 @@ def supervise(sentinel: multiprocessing.Process, stop_event: Any, *, workers: in
     while sentinel.is_alive() and not stopping():
         db.close_old_connections()
         try:
-            services.worker_cluster_beat(cluster_id=cluster_id, host=host, pid=pid, workers=workers)
+            services.worker_cluster_beat(
+                cluster_id=cluster_id,
+                host=host,
+                pid=pid,
+                workers=workers,
+                sessions_per_worker=settings.TARSY_WORKER_SESSIONS,
+            )
             done = recover()
             if any(count for name, count in done.items() if name != "purged_events"):
                 logger.warning("recovery: %s", done)

@@ -165,7 +165,7 @@ def _worker_pool_check() -> dict[str, Any]:
 
 def _queue_check() -> dict[str, Any]:
     """Pending work that waited past ``TARSY_PENDING_RECOVERY_AFTER`` is stalled only when
-    something could have run it: a live cluster with free room (its workers times
+    something could have run it: a live cluster with free room (its workers times its
     ``TARSY_WORKER_SESSIONS``, under ``TARSY_MAX_CONCURRENT_SESSIONS``), or no live cluster
     at all. Workers that are simply full make new sessions wait, which is healthy."""
     state = selectors.queue_state()
@@ -177,9 +177,12 @@ def _queue_check() -> dict[str, Any]:
     }
     clusters = selectors.live_worker_clusters(within_seconds=cluster_silence_limit())
     workers = sum(cluster.workers for cluster in clusters)
-    # What the live workers can run at once; the web host assumes the worker hosts'
-    # TARSY_WORKER_SESSIONS is its own (docs/operations.md: set it the same everywhere).
-    capacity = workers * settings.TARSY_WORKER_SESSIONS
+    # What the live workers can run at once, by each cluster's own TARSY_WORKER_SESSIONS
+    # (a cluster that did not report it: this host's).
+    capacity = sum(
+        cluster.workers * (cluster.sessions_per_worker or settings.TARSY_WORKER_SESSIONS)
+        for cluster in clusters
+    )
     limit = settings.TARSY_MAX_CONCURRENT_SESSIONS
     at_limit = bool(limit) and state.running >= limit
     workers_full = bool(clusters) and state.running >= capacity

@@ -19,6 +19,9 @@ class WorkerCluster(models.Model):
     host = models.CharField(max_length=200)
     pid = models.PositiveIntegerField()
     workers = models.PositiveIntegerField()
+    # Its TARSY_WORKER_SESSIONS: what each of its workers runs at once (/health's room).
+    # Null for a cluster started before it was reported: the web host's own value.
+    sessions_per_worker = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     heartbeat_at = models.DateTimeField()
 

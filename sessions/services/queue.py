@@ -89,10 +89,23 @@ def sessions_dispatch_waiting() -> list[Any]:
     return dispatched
 
 
-def worker_cluster_beat(*, cluster_id: uuid.UUID, host: str, pid: int, workers: int) -> None:
+def worker_cluster_beat(
+    *,
+    cluster_id: uuid.UUID,
+    host: str,
+    pid: int,
+    workers: int,
+    sessions_per_worker: int | None = None,
+) -> None:
     WorkerCluster.objects.update_or_create(
         id=cluster_id,
-        defaults={"host": host, "pid": pid, "workers": workers, "heartbeat_at": timezone.now()},
+        defaults={
+            "host": host,
+            "pid": pid,
+            "workers": workers,
+            "sessions_per_worker": sessions_per_worker,
+            "heartbeat_at": timezone.now(),
+        },
     )
 
 

@@ -122,6 +122,29 @@ def test_busy_workers_are_counted_across_live_clusters_only(client, settings):
     assert "4 of 6 running" in queue["message"]
 
 
+def test_each_cluster_counts_with_its_own_sessions_per_worker(client, settings):
+    """The web host's TARSY_WORKER_SESSIONS (12) is not the worker hosts': each cluster
+    reports its own, and /health counts the room by it."""
+    settings.TARSY_PENDING_RECOVERY_AFTER = 60
+    settings.TARSY_WORKER_SESSIONS = 12
+    settings.TARSY_MAX_CONCURRENT_SESSIONS = 0
+    services.worker_cluster_beat(
+        cluster_id=uuid.uuid4(), host="a", pid=1, workers=2, sessions_per_worker=1
+    )
+    services.worker_cluster_beat(
+        cluster_id=uuid.uuid4(), host="b", pid=1, workers=1, sessions_per_worker=3
+    )
+    running(5)
+    pending(seconds_ago=600)
+    queue = client.get("/health").json()["checks"]["queue"]
+    assert (queue["status"], queue["capacity"]) == ("healthy", 5), queue
+    assert "busy" in queue["message"]
+    # One that did not report it counts with this host's.
+    beat(workers=1)
+    queue = client.get("/health").json()["checks"]["queue"]
+    assert (queue["status"], queue["capacity"]) == ("degraded", 17), queue
+
+
 def test_pending_work_with_no_worker_at_all_is_stalled(client, settings):
     settings.TARSY_PENDING_RECOVERY_AFTER = 60
     pending(seconds_ago=90)
