@@ -15,14 +15,11 @@ pending run whose task was lost is queued again.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
@@ -36,7 +33,8 @@ from sessions.models import (
     Stage,
     StageType,
 )
-from sessions.services.leases import FeedbackLease, LeaseLost, hold
+from sessions.services.leased_rows import requeue_lost, time_out_orphans
+from sessions.services.leases import FeedbackLease, Lease, LeaseLost, hold
 from sessions.services.records import (
     close_open_items,
     execution_close,
@@ -194,51 +192,29 @@ def _end(lease: FeedbackLease, status: ScoreStatus, *, error_message: str) -> No
 
 
 def feedback_reflections_time_out_orphans(*, threshold_seconds: float) -> list[Any]:
-    """End ``timed_out`` the runs whose worker stopped heart-beating (killed, stalled).
-    One conditional UPDATE per run takes its lease first; only a run it took is ended."""
-    cutoff = timezone.now() - timedelta(seconds=threshold_seconds)
-    stale = Q(status=ScoreStatus.IN_PROGRESS) & (
-        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)
+    """End ``timed_out`` the runs whose worker stopped heart-beating (killed, stalled)."""
+
+    def end(lease: Lease, message: str) -> None:
+        assert isinstance(lease, FeedbackLease)
+        _close_execution(lease, ExecutionStatus.TIMED_OUT, message)
+        _end(lease, ScoreStatus.TIMED_OUT, error_message=message)
+
+    return time_out_orphans(
+        FeedbackReflection,
+        threshold_seconds=threshold_seconds,
+        lease_of=lambda row_id, session_id, token: FeedbackLease(
+            session_id=session_id, token=token, reflection_id=row_id
+        ),
+        end=end,
+        what="feedback reflection",
     )
-    reaper = f"reaper@{socket.gethostname()}:{os.getpid()}"
-    reaped = []
-    for reflection_id, session_id, worker in FeedbackReflection.objects.filter(stale).values_list(
-        "id", "session_id", "worker_id"
-    ):
-        lease = FeedbackLease(
-            session_id=session_id, token=uuid.uuid4(), reflection_id=reflection_id
-        )
-        with transaction.atomic():
-            if (
-                FeedbackReflection.objects.filter(stale, id=reflection_id).update(
-                    lease_token=lease.token, worker_id=reaper
-                )
-                != 1
-            ):
-                continue  # its worker came back, or another recovery got there first
-            message = (
-                f"The worker {worker or '?'} stopped reporting progress for more than "
-                f"{threshold_seconds:g} s; the feedback reflection was marked timed out."
-            )
-            _close_execution(lease, ExecutionStatus.TIMED_OUT, message)
-            _end(lease, ScoreStatus.TIMED_OUT, error_message=message)
-        reaped.append(reflection_id)
-    if reaped:
-        logger.warning("recovery: timed out %d orphaned feedback reflection(s)", len(reaped))
-    return reaped
 
 
 def feedback_reflections_requeue_lost(*, older_than_seconds: float) -> list[Any]:
-    """Queue again the pending runs no worker has claimed in time (their task was pulled
-    by a cluster that died). A duplicate task is harmless: only one claim succeeds."""
-    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
-    lost = FeedbackReflection.objects.filter(status=ScoreStatus.PENDING, heartbeat_at__lt=cutoff)
-    requeued = []
-    for reflection_id in lost.values_list("id", flat=True):
-        with transaction.atomic():
-            if lost.filter(id=reflection_id).update(heartbeat_at=timezone.now()):
-                _enqueue(reflection_id)
-                requeued.append(reflection_id)
-    if requeued:
-        logger.warning("recovery: queued %d pending feedback reflection(s) again", len(requeued))
-    return requeued
+    """Queue again the pending runs no worker has claimed in time."""
+    return requeue_lost(
+        FeedbackReflection,
+        older_than_seconds=older_than_seconds,
+        enqueue=_enqueue,
+        what="feedback reflection",
+    )

@@ -20,15 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import socket
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
@@ -46,7 +42,8 @@ from sessions.models import (
     StageType,
 )
 from sessions.services.events import event_publish
-from sessions.services.leases import ScoreLease, hold
+from sessions.services.leased_rows import requeue_lost, time_out_orphans
+from sessions.services.leases import Lease, ScoreLease, hold
 from sessions.services.records import (
     close_open_items,
     execution_close,
@@ -308,56 +305,35 @@ def _publish(score: SessionScore) -> None:
 
 def scores_time_out_orphans(*, threshold_seconds: float) -> list[Any]:
     """End ``timed_out`` the scores whose worker stopped heart-beating (killed, stalled),
-    so that none stays in progress for ever and the session can be scored again.
+    so that none stays in progress for ever and the session can be scored again; its
+    stage is closed with it."""
 
-    Decide first: one conditional UPDATE per score, staleness inside its WHERE, takes
-    the lease; only a score it took gets the consequences (its stage closed, the event).
-    """
-    cutoff = timezone.now() - timedelta(seconds=threshold_seconds)
-    stale = Q(status=ScoreStatus.IN_PROGRESS) & (
-        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)
+    def end(lease: Lease, message: str) -> None:
+        assert isinstance(lease, ScoreLease)
+        _close_stage(lease, ExecutionStatus.TIMED_OUT, message)
+        _end(lease, ScoreStatus.TIMED_OUT, error_message=message)
+
+    return time_out_orphans(
+        SessionScore,
+        threshold_seconds=threshold_seconds,
+        lease_of=lambda row_id, session_id, token: ScoreLease(
+            session_id=session_id, token=token, score_id=row_id
+        ),
+        end=end,
+        what="scoring",
     )
-    reaper = f"reaper@{socket.gethostname()}:{os.getpid()}"
-    reaped = []
-    for score_id, session_id, worker in SessionScore.objects.filter(stale).values_list(
-        "id", "session_id", "worker_id"
-    ):
-        lease = ScoreLease(session_id=session_id, token=uuid.uuid4(), score_id=score_id)
-        with transaction.atomic():
-            taken = SessionScore.objects.filter(stale, id=score_id).update(
-                lease_token=lease.token, worker_id=reaper
-            )
-            if taken != 1:
-                continue  # its worker came back, or another recovery got there first
-            message = (
-                f"The worker {worker or '?'} stopped reporting progress for more than "
-                f"{threshold_seconds:g} s; the scoring was marked timed out."
-            )
-            _close_stage(lease, ExecutionStatus.TIMED_OUT, message)
-            _end(lease, ScoreStatus.TIMED_OUT, error_message=message)
-        reaped.append(score_id)
-    if reaped:
-        logger.warning("recovery: timed out %d orphaned scoring(s)", len(reaped))
-    return reaped
 
 
 def scores_requeue_lost(*, older_than_seconds: float) -> list[Any]:
-    """Queue again the pending scores no worker has claimed in time (their task was pulled
-    by a cluster that died). A duplicate task is harmless: only one claim succeeds."""
-    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
-    lost = SessionScore.objects.filter(status=ScoreStatus.PENDING, heartbeat_at__lt=cutoff)
-    requeued = []
-    for score_id in lost.values_list("id", flat=True):
-        with transaction.atomic():
-            # Conditional, so that two clusters' recoveries queue one task, not two.
-            if lost.filter(id=score_id).update(heartbeat_at=timezone.now()):
-                async_task(
-                    "worker.tasks.score_session",
-                    str(score_id),
-                    task_name=f"score-{score_id}",
-                    group="scoring",
-                )
-                requeued.append(score_id)
-    if requeued:
-        logger.warning("recovery: queued %d pending scoring(s) again", len(requeued))
-    return requeued
+    """Queue again the pending scores no worker has claimed in time."""
+    return requeue_lost(
+        SessionScore,
+        older_than_seconds=older_than_seconds,
+        enqueue=lambda score_id: async_task(
+            "worker.tasks.score_session",
+            str(score_id),
+            task_name=f"score-{score_id}",
+            group="scoring",
+        ),
+        what="scoring",
+    )
