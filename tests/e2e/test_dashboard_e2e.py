@@ -20,7 +20,10 @@ pytestmark = pytest.mark.e2e
 
 SEED = textwrap.dedent(
     """
+    from unittest import mock
     from sessions import services
+    # Not queued: the deployment's own worker would race this seed to claim them.
+    mock.patch("sessions.services.lifecycle.session_enqueue").start()
     from sessions.models import AlertSession
     authors = ["ana", "ben", "cho"]
     for n in range(36):

@@ -16,7 +16,10 @@ pytestmark = pytest.mark.e2e
 
 SEED = textwrap.dedent(
     """
+    from unittest import mock
     from sessions import services
+    # Not queued: the deployment's own worker would race this seed to claim them.
+    mock.patch("sessions.services.lifecycle.session_enqueue").start()
     for n in range(2):
         session = services.session_create(
             alert_type="kubernetes",

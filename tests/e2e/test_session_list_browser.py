@@ -18,7 +18,10 @@ LAPTOP = {"width": 1366, "height": 768}
 
 SEED = textwrap.dedent(
     """
+    from unittest import mock
     from sessions import services
+    # Not queued: the deployment's own worker would race this seed to claim them.
+    mock.patch("sessions.services.lifecycle.session_enqueue").start()
     from sessions.models import AgentExecution, Chat, ChatMessage, Stage
     for n in range(30):
         session = services.session_create(
