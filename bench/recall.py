@@ -13,11 +13,9 @@ PostgreSQL: the server in TARSY_TEST_POSTGRES_URL; an empty database is made and
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
+from bench.django_db import fresh_database  # noqa: E402
 from bench.stats import load_average, percentile  # noqa: E402
 
 SERVICES = ["payments-api", "checkout", "coredns", "ingress-nginx", "orders-db", "search",
@@ -56,25 +55,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--queries", type=int, default=50)
     args = parser.parse_args()
-    data = tempfile.mkdtemp(prefix="tarsy-bench-recall-")
-    os.environ["TARSY_DATA_DIR"] = data
-    os.environ["DJANGO_SETTINGS_MODULE"] = "tarsy_site.settings"
-    if args.db == "postgres":
-        from tests.e2e.harness import postgres_database, postgres_server_url
+    with fresh_database(args.db, prefix="tarsy-bench-recall-"):
+        run(args)
 
-        server = postgres_server_url()
-        if server is None:
-            sys.exit("set TARSY_TEST_POSTGRES_URL to a PostgreSQL server")
-        database = postgres_database(server)
-        os.environ["DATABASE_URL"] = database.__enter__()
-    else:
-        os.environ["DATABASE_URL"] = f"sqlite:///{data}/bench.sqlite3"
-    import django
 
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+def run(args: argparse.Namespace) -> None:
     from django.utils import timezone
 
     from llm.embeddings import LocalHashingEmbedder, to_blob
@@ -119,11 +104,6 @@ def main() -> None:
         ratio = statistics.median(results[large]) / statistics.median(results[small])
         print(f"  p50 ratio {large}/{small} memories: {ratio:.1f} (size ratio {large / small:g})")
     print(f"  {load_average()}")
-    if args.db == "postgres":
-        from django.db import connections
-
-        connections.close_all()
-        database.__exit__(None, None, None)
 
 
 if __name__ == "__main__":

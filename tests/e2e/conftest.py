@@ -16,3 +16,13 @@ def playwright():
 
     with sync_playwright() as p:
         yield p
+
+
+@pytest.fixture
+def browser(playwright):
+    """Debian's Chromium, headless, closed after the test."""
+    from tests.e2e.harness import launch_browser
+
+    browser = launch_browser(playwright)
+    yield browser
+    browser.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.harness import ROOT, deployment, launch_browser, log_in
+from tests.e2e.harness import ROOT, deployment, log_in
 
 pytestmark = pytest.mark.e2e
 
@@ -156,13 +156,6 @@ def test_an_alert_asking_for_more_is_refused(tarsy):
     )
     assert status == 400, refused
     assert "an alert may ask for less, never more" in refused["message"]
-
-
-@pytest.fixture
-def browser(playwright):
-    browser = launch_browser(playwright)
-    yield browser
-    browser.close()
 
 
 def test_the_page_shows_the_meters_and_the_stop_live(tarsy, browser):

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from bench.find_in_session import SEED, agent_of, mark, rows
-from tests.e2e.harness import deployment, launch_browser, log_in, submit_alert
+from tests.e2e.harness import deployment, log_in, submit_alert
 
 pytestmark = pytest.mark.e2e
 
@@ -63,13 +63,6 @@ def tarsy(tmp_path_factory):
     }
     with deployment(root, provider=provider) as dep:
         yield dep
-
-
-@pytest.fixture
-def browser(playwright):
-    browser = launch_browser(playwright)
-    yield browser
-    browser.close()
 
 
 def new_page(browser, tarsy):

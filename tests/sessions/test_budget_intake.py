@@ -3,14 +3,13 @@ an alert's own ``budget``: it may ask for less, never more; every wrong value na
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import yaml
 from pydantic import ValidationError
 
 from config.schema import TarsyFile
 from sessions.models import AlertSession
+from tests.sessions.test_dedup import post
 
 
 def load(text: str):
@@ -79,15 +78,6 @@ def test_a_chains_budget_error_names_the_chain():
 
 
 # --- an alert's own budget ----------------------------------------------------------------------
-
-
-def post(client, token: str, body: dict):
-    return client.post(
-        "/api/v1/alerts",
-        data=json.dumps(body),
-        content_type="application/json",
-        HTTP_AUTHORIZATION=f"Bearer {token}",
-    )
 
 
 @pytest.fixture
