@@ -12,7 +12,7 @@ from ninja import Router
 from api.rest import schemas
 from api.rest.common import ApiRejected, iso, respond
 from api.rest.shapes import cost_estimation_enabled
-from sessions.selectors.usage import TOP_SESSIONS, UsageWindow, usage_summary
+from sessions.selectors.usage import UsageWindow, usage_summary
 
 router = Router(tags=["usage"])
 
@@ -79,7 +79,10 @@ def usage_summary_view(
     if rank == "cost" and not costs:
         raise ApiRejected("rank_by=cost needs cost estimation (system.cost_estimation)", 400)
     groups = usage_summary(
-        window=UsageWindow(start, end), alert_type=alert_type or None, chain_id=chain_id or None
+        window=UsageWindow(start, end),
+        alert_type=alert_type or None,
+        chain_id=chain_id or None,
+        rank_by=rank,
     )
     key = "estimated_cost_usd" if rank == "cost" else "total_tokens"
 
@@ -92,7 +95,7 @@ def usage_summary_view(
     ]
     total_entry = {
         "calls": sum(e["calls"] for e in groups["by_model"]),
-        "session_count": len(groups["by_session"]),
+        "session_count": groups["session_count"],
         "input_tokens_sum": sum(e["input_tokens_sum"] or 0 for e in groups["by_model"]),
         "output_tokens_sum": sum(e["output_tokens_sum"] or 0 for e in groups["by_model"]),
         "total_tokens_sum": sum(e["total_tokens_sum"] or 0 for e in groups["by_model"]),
@@ -111,13 +114,10 @@ def usage_summary_view(
                 [_row(e, costs, alert_type=e["alert_type_name"]) for e in groups["by_alert_type"]]
             ),
             "by_chain": ranked([_row(e, costs, chain_id=e["chain"]) for e in groups["by_chain"]]),
-            "top_sessions": ranked(
-                [
-                    _row(
-                        e, costs, session_id=str(e["session_ref"]), alert_type=e["alert_type_name"]
-                    )
-                    for e in groups["by_session"]
-                ]
-            )[:TOP_SESSIONS],
+            # Ranked and cut to TOP_SESSIONS by the database.
+            "top_sessions": [
+                _row(e, costs, session_id=str(e["session_ref"]), alert_type=e["alert_type_name"])
+                for e in groups["top_sessions"]
+            ],
         }
     )

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, tzinfo
 from decimal import Decimal
+from typing import Any
 
-from django.db.models import Count, F, Sum
+from django.db.models import Count, F, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -300,18 +301,23 @@ TOP_SESSIONS = 20
 
 
 def usage_summary(
-    *, window: UsageWindow, alert_type: str | None = None, chain_id: str | None = None
-) -> dict[str, list[dict]]:
-    """The window's calls added up by model, alert type and chain, and the sessions that
-    used the most (TARSY-API §1.13): one grouped query each."""
+    *,
+    window: UsageWindow,
+    alert_type: str | None = None,
+    chain_id: str | None = None,
+    rank_by: str = "tokens",
+) -> dict[str, Any]:
+    """The window's calls added up by model, alert type and chain, the number of sessions,
+    and the ``TOP_SESSIONS`` sessions that used the most (``rank_by`` cost or tokens),
+    ranked and cut in SQL (TARSY-API §1.13): one query each."""
     calls = LLMInteraction.objects.filter(created_at__gte=window.start, created_at__lt=window.end)
     if alert_type:
         calls = calls.filter(session__alert_type=alert_type)
     if chain_id:
         calls = calls.filter(session__chain_id=chain_id)
 
-    def grouped(**group: F) -> list[dict]:
-        return list(
+    def grouped(**group: F) -> QuerySet:
+        return (
             calls.values(**group)
             .annotate(
                 calls=Count("id"),
@@ -325,11 +331,15 @@ def usage_summary(
             .order_by("-total_tokens_sum")
         )
 
+    # Sessions without a priced call have no cost (NULL): last, on either database.
+    first = F("cost").desc(nulls_last=True) if rank_by == "cost" else F("total_tokens_sum").desc()
+    top = grouped(session_ref=F("session_id"), alert_type_name=F("session__alert_type"))
     return {
-        "by_model": grouped(model=F("model_name"), provider_name=F("provider")),
-        "by_alert_type": grouped(alert_type_name=F("session__alert_type")),
-        "by_chain": grouped(chain=F("session__chain_id")),
-        "by_session": grouped(
-            session_ref=F("session_id"), alert_type_name=F("session__alert_type")
+        "by_model": list(grouped(model=F("model_name"), provider_name=F("provider"))),
+        "by_alert_type": list(grouped(alert_type_name=F("session__alert_type"))),
+        "by_chain": list(grouped(chain=F("session__chain_id"))),
+        "session_count": calls.values("session_id").distinct().count(),
+        "top_sessions": list(
+            top.order_by(first, F("total_tokens_sum").desc(), "session_id")[:TOP_SESSIONS]
         ),
     }
