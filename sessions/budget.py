@@ -90,6 +90,9 @@ class Meter:
     limit: str
     percent: int  # 0 to 100, for the bar
     reached: bool
+    limit_value: float = 0.0
+    # Wall time while the session runs: when it started (ISO), so the page ticks it.
+    since: str = ""
 
 
 def meters(session: AlertSession, used: Spent | None = None) -> list[Meter]:
@@ -109,6 +112,12 @@ def meters(session: AlertSession, used: Spent | None = None) -> list[Meter]:
                 limit=amount(kind, limit),
                 percent=min(100, int(value * 100 / limit)) if limit else 100,
                 reached=value >= limit,
+                limit_value=limit,
+                since=(
+                    session.started_at.isoformat()
+                    if kind == "wall_time" and session.started_at and not session.completed_at
+                    else ""
+                ),
             )
         )
     return shown

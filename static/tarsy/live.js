@@ -101,6 +101,20 @@
       var since = Date.parse(el.getAttribute("data-since"));
       if (!isNaN(since)) { el.textContent = formatDuration(Math.max(0, (now - since) / 1000)); }
     });
+    // A running session's wall-time budget meter moves with the clock, not only with calls.
+    document.querySelectorAll("meter[data-since][data-limit]").forEach(function (meter) {
+      var since = Date.parse(meter.getAttribute("data-since"));
+      var limit = parseFloat(meter.getAttribute("data-limit"));
+      if (isNaN(since) || !(limit > 0)) { return; }
+      var seconds = Math.max(0, (now - since) / 1000);
+      meter.value = Math.min(100, Math.floor(seconds * 100 / limit));
+      var figures = meter.parentNode.querySelector(".budget-figures");
+      if (figures) {
+        figures.textContent = Math.round(seconds).toLocaleString("en-US") + " s of " +
+          Math.round(limit).toLocaleString("en-US") + " s";
+      }
+      meter.parentNode.classList.toggle("reached", seconds >= limit);
+    });
   }, 1000);
 
   // The list's custom time range shows its two inputs only when chosen.

@@ -169,6 +169,15 @@ def test_the_page_shows_the_meters_and_the_stop_live(tarsy, browser):
     page.locator("article.item.llm_tool_call.streaming").first.wait_for(timeout=60_000)
     assert page.locator("#budget-stop").count() == 0
     assert meter.locator(".budget-figures").inner_text().endswith(" of 4")
+    # Nothing is recorded while the agent waits, yet the wall-time meter moves with the clock.
+    wall = page.locator('#budget-meters [data-kind="wall_time"] .budget-figures')
+    before = wall.inner_text()
+    assert before.endswith(" of 600 s")
+    page.wait_for_function(
+        "before => document.querySelector("
+        "'#budget-meters [data-kind=wall_time] .budget-figures').textContent !== before",
+        arg=before,
+    )
     tarsy.gate.write_text("go")
     # The stop arrives without a reload, and the meter moved with the calls.
     page.locator("#budget-stop").wait_for(timeout=90_000)
