@@ -26,12 +26,13 @@ from sessions.models import (
     SessionStatus,
     SteeringDelivery,
     SteeringNote,
+    TimelineEvent,
     TimelineEventStatus,
     TimelineEventType,
 )
 from sessions.services.events import serialize_transaction
 from sessions.services.leases import Lease, hold
-from sessions.services.records import item_create
+from sessions.services.records import item_complete, item_create
 
 STEERING_TEXT_LIMIT = 4_000  # characters
 # At most STEERING_RATE notes per author and session within STEERING_RATE_WINDOW seconds.
@@ -144,7 +145,29 @@ def steering_notes_take(
             [SteeringDelivery(note=note, execution=execution) for note in notes],
             ignore_conflicts=True,
         )
+        _show_reached([note for note in notes if note.item_id is not None])
     return notes
+
+
+def _show_reached(notes: list[SteeringNote]) -> None:
+    """Each note's timeline item says which agents it has reached so far, updated live."""
+    reached: dict[int, set[str]] = {}
+    for note_id, name in SteeringDelivery.objects.filter(note__in=notes).values_list(
+        "note_id", "execution__agent_name"
+    ):
+        reached.setdefault(note_id, set()).add(name)
+    items = TimelineEvent.objects.in_bulk([note.item_id for note in notes])
+    for note in notes:
+        item = items.get(note.item_id)
+        if item is None:
+            continue
+        item_complete(
+            item,
+            content=item.content,
+            status=TimelineEventStatus.COMPLETED,
+            event_type=None,
+            metadata={"delivered_to": sorted(reached.get(note.id, ()))},
+        )
 
 
 def steering_undelivered_tell(session_id: Any) -> None:

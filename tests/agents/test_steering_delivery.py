@@ -128,6 +128,9 @@ def test_a_note_added_between_two_calls_is_in_the_next_request_and_in_later_stag
     assert GUIDANCE in texts(request_messages(summary))
     assert delivered == {"SteerAgent", "KubernetesAgent", summary.execution.agent_name}
     assert SteeringDelivery.objects.filter(note=note).count() == 3
+    # The note's timeline item says whom it reached (updated with each delivery).
+    note.item.refresh_from_db()
+    assert note.item.metadata["delivered_to"] == sorted(delivered)
 
 
 def test_a_note_on_a_pending_session_reaches_the_first_call(

@@ -292,3 +292,11 @@ def test_a_note_no_agent_got_is_said_so_when_the_session_ends():
         )
     ]
     assert heard.id != warnings[0].metadata["note_id"]
+    # The heard note's item says whom it reached; the page shows it.
+    heard.item.refresh_from_db()
+    assert heard.item.metadata["delivered_to"] == ["a"]
+    from sessions.selectors.timeline import TimelineItem
+    from web.fragments import render_item
+
+    html = render_item(TimelineItem.from_model(heard.item))
+    assert "Reached: a" in html
