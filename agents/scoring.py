@@ -51,6 +51,7 @@ from sessions.models import (
     ScoreStatus,
     Stage,
     StageType,
+    SteeringNote,
     TimelineEvent,
     TimelineEventType,
 )
@@ -162,7 +163,8 @@ def scoring_messages(instructions: str, investigation: str) -> list[Conversation
 def investigation_text(session: AlertSession) -> str:
     """What the judge reads: the alert, each stage's agents with what they thought, the
     tools they called with their results (masked when they were recorded), their
-    answers, the final analysis and the summary; then the tools that were available."""
+    answers, the final analysis and the summary, a budget's stop and an SRE's guidance
+    (when there were); then the tools that were available."""
     parts = [f"### Alert\n\nType: {session.alert_type}\n\n{session.alert_data}"]
     if session.runbook:
         parts.append(f"### Runbook\n\n{session.runbook}")
@@ -194,6 +196,19 @@ def investigation_text(session: AlertSession) -> str:
         parts.append(f"### Executive summary\n\n{session.executive_summary}")
     if session.error_message:
         parts.append(f"### The session ended {session.status}\n\n{session.error_message}")
+    if session.budget_stop:
+        parts.append(
+            f"### Stopped by its budget\n\n{session.budget_stop}: the running agents were told "
+            "to conclude without tools, and the rest of the chain was skipped."
+        )
+    notes = SteeringNote.objects.filter(session=session).order_by("id")
+    if notes:
+        # What the SRE already knew is not the agents' finding: the judge should know.
+        lines = [
+            f"- {note.created_at:%H:%M:%S} UTC, {note.author or 'an SRE'}: {note.text}"
+            for note in notes
+        ]
+        parts.append("### Guidance an SRE gave the agents while they ran\n\n" + "\n".join(lines))
     parts.append("### Tools that were available\n\n" + _available_tools(session))
     return "\n\n".join(parts)
 

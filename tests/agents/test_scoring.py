@@ -14,7 +14,7 @@ from config.builtin import SCORING_INSTRUCTIONS
 from llm.demo_script import demo_turn
 from llm.types import GenerateRequest, ProviderConfig
 from sessions import services
-from sessions.models import MCPInteraction, StageType, TimelineEventType
+from sessions.models import AlertSession, MCPInteraction, StageType, TimelineEventType
 from tests.conftest import running_session
 
 
@@ -164,6 +164,17 @@ def test_the_judge_reads_the_alert_stages_tool_calls_results_and_available_tools
     assert "Answer: Root cause: bad config." in text
     assert "- k8s.get_logs\n- k8s.get_pods" in text
     assert "a chat answer" not in text  # chats are not part of the investigation
+    assert "Guidance an SRE gave" not in text
+    assert "Stopped by its budget" not in text
+
+    # What an SRE told the agents, and a budget's stop, are the judge's to know.
+    services.steering_note_add(session_id=session.id, text="the deploy changed it", author="al")
+    AlertSession.objects.filter(id=session.id).update(budget_stop="tool calls 3 of 3")
+    session.refresh_from_db()
+    text = investigation_text(session)
+    assert "### Guidance an SRE gave the agents while they ran" in text
+    assert " UTC, al: the deploy changed it" in text
+    assert "### Stopped by its budget\n\ntool calls 3 of 3: the running agents" in text
 
 
 def test_the_demo_judge_answers_in_the_format_the_scoring_parses():
