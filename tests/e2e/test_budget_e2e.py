@@ -198,3 +198,31 @@ def test_the_page_shows_the_meters_and_the_stop_live(tarsy, browser):
     page.reload()
     assert page.locator("#budget-stop").inner_text() == "Stopped by budget: tool calls 4 of 4"
     page.close()
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_meters_and_the_forms_budget_pass_axe(tarsy, browser, theme):
+    from tests.e2e.test_accessibility import AXE, BLOCKING, RUN_AXE, audit, themed_context
+
+    session_id = _submit(tarsy, {"tool_calls": 2})
+    _ended(tarsy, session_id)
+    context = themed_context(browser, theme)
+    try:
+        page = context.new_page()
+        log_in(page, tarsy.base_url)
+        findings = {"session": audit(page, f"{tarsy.base_url}/sessions/{session_id}/")}
+        assert page.locator("#budget-stop").count() == 1
+        page.goto(f"{tarsy.base_url}/sessions/new/")
+        page.click("#budget-override summary")
+        page.locator("#id_budget_cost_usd").wait_for()
+        page.add_script_tag(path=str(AXE))
+        findings["new alert, budget open"] = page.evaluate(RUN_AXE)
+    finally:
+        context.close()
+    blocking = [
+        (name, v["id"], v["nodes"])
+        for name, violations in findings.items()
+        for v in violations
+        if v["impact"] in BLOCKING
+    ]
+    assert not blocking, blocking
