@@ -54,7 +54,7 @@ class Spent:
 
 
 def spent(session: AlertSession) -> Spent:
-    """Three queries: the model calls' totals, the tool calls' count, nothing else."""
+    """Two queries: the model calls' totals and the tool calls' count."""
     investigation = ~Q(execution__stage__stage_type__in=AFTERWARDS)
     calls = (
         LLMInteraction.objects.filter(session_id=session.id)
