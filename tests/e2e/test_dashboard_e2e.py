@@ -59,6 +59,12 @@ def wait_for_query(page, pattern: str) -> None:
     )
 
 
+def wait_for_count(page, count: str) -> None:
+    page.wait_for_function(
+        "t => document.querySelector('#history-count').textContent.trim() === t", arg=count
+    )
+
+
 def wait_for_swap(page, previous: list[str]) -> None:
     page.wait_for_function(
         "prev => JSON.stringify([...document.querySelectorAll('#session-rows tr')].map(r => r.id))"
@@ -101,6 +107,9 @@ def test_filters_search_sort_and_pages_live_in_the_url(tmp_path, playwright):
             # Clear the search, sort by author, 10 per page, page 2.
             page.fill("#q", "")
             wait_for_query(page, "^\\?status=failed$")
+            # Each state on screen before the next action: under load the next request
+            # could otherwise overtake this one, and Back would restore what it replaced.
+            wait_for_count(page, "9 sessions match")
             page.uncheck('input[name="status"][value="failed"]')
             wait_for_query(page, "^$")
             page.wait_for_function("document.querySelectorAll('#session-rows tr').length === 25")
@@ -128,10 +137,7 @@ def test_filters_search_sort_and_pages_live_in_the_url(tmp_path, playwright):
             ]:
                 page.go_back()
                 wait_for_query(page, query)
-                page.wait_for_function(
-                    "t => document.querySelector('#history-count').textContent.trim() === t",
-                    arg=count,
-                )
+                wait_for_count(page, count)
             assert page.url == searched_and_failed
             assert len(rows(page)) == 1
             assert page.input_value("#q") == "zebra"
