@@ -41,6 +41,9 @@ from tests.conftest import running_session
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SITE = "127.0.0.1:8000"
+# How long to wait for a message that must come: channels' default of 1 s failed a test
+# on a loaded CI machine (CI5). Only a missing message waits this long.
+WAIT = 10
 PATH = "/api/v1/ws"
 
 
@@ -68,7 +71,7 @@ async def open_socket(
 async def connected_client(token: str) -> WebsocketCommunicator:
     communicator, connected = await open_socket(token=token)
     assert connected
-    hello = await communicator.receive_json_from()
+    hello = await communicator.receive_json_from(timeout=WAIT)
     assert hello["type"] == "connection.established"
     return communicator
 
@@ -77,7 +80,7 @@ async def receive_all(communicator, quiet_for: float = 0.4) -> list[dict]:
     # receive_from() kills the application when it times out; receive_nothing() doesn't.
     messages = []
     while not await communicator.receive_nothing(timeout=quiet_for):
-        messages.append(json.loads(await communicator.receive_from()))
+        messages.append(json.loads(await communicator.receive_from(timeout=WAIT)))
     return messages
 
 
@@ -126,13 +129,13 @@ def persistent_ids(session) -> list[int]:
 async def test_it_says_hello_and_answers_ping(token):
     communicator, connected = await open_socket(token=token)
     assert connected
-    hello = await communicator.receive_json_from()
+    hello = await communicator.receive_json_from(timeout=WAIT)
     assert set(hello) == {"type", "connection_id"}
     assert hello["type"] == "connection.established"
     uuid.UUID(hello["connection_id"])
 
     await communicator.send_json_to({"action": "ping"})
-    assert await communicator.receive_json_from() == {"type": "pong"}
+    assert await communicator.receive_json_from(timeout=WAIT) == {"type": "pong"}
     await communicator.disconnect()
 
 
@@ -140,7 +143,7 @@ async def test_it_says_hello_and_answers_ping(token):
 async def test_an_action_without_a_channel_gets_an_error(token, action):
     communicator = await connected_client(token)
     await communicator.send_json_to({"action": action, "last_event_id": 0})
-    assert await communicator.receive_json_from() == {
+    assert await communicator.receive_json_from(timeout=WAIT) == {
         "type": "error",
         "message": f"channel is required for {action}",
     }
@@ -168,7 +171,7 @@ async def test_bad_json_and_unknown_actions_are_ignored(token, junk):
     await communicator.send_to(text_data=junk)
     await communicator.send_json_to({"action": "ping"})
     # The connection lives on, and the junk got no answer at all.
-    assert await communicator.receive_json_from() == {"type": "pong"}
+    assert await communicator.receive_json_from(timeout=WAIT) == {"type": "pong"}
     assert await communicator.receive_nothing(timeout=0.2)
     await communicator.disconnect()
 
@@ -861,7 +864,7 @@ async def test_a_logged_in_browser_may_connect(user):
     cookie = await sync_to_async(login_cookie)(user)
     communicator, connected = await open_socket(cookie=cookie, origin=f"http://{SITE}")
     assert connected
-    assert (await communicator.receive_json_from())["type"] == "connection.established"
+    assert (await communicator.receive_json_from(timeout=WAIT))["type"] == "connection.established"
     await communicator.disconnect()
 
 
@@ -917,7 +920,9 @@ async def test_a_trusted_proxys_user_header_authenticates(db, settings, peer, al
     connected, _ = await communicator.connect(timeout=3)
     assert connected is allowed
     if connected:
-        assert (await communicator.receive_json_from())["type"] == "connection.established"
+        assert (await communicator.receive_json_from(timeout=WAIT))[
+            "type"
+        ] == "connection.established"
         await communicator.disconnect()
 
 
@@ -935,7 +940,7 @@ async def test_a_row_that_cannot_be_translated_is_skipped_not_fatal(token):
     )
     messages = await receive_all(communicator)
     await communicator.send_json_to({"action": "ping"})
-    assert await communicator.receive_json_from() == {"type": "pong"}
+    assert await communicator.receive_json_from(timeout=WAIT) == {"type": "pong"}
     await communicator.disconnect()
     assert broken.id not in [m["db_event_id"] for m in messages]
     assert [m["event_id"] for m in messages] == [str(item.id)]

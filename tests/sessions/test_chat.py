@@ -717,7 +717,7 @@ async def receive_until_quiet(communicator, quiet_for: float = 0.5) -> list[str]
     # receive_from() kills the application when it times out; receive_nothing() doesn't.
     messages = []
     while not await communicator.receive_nothing(timeout=quiet_for):
-        messages.append(await communicator.receive_from())
+        messages.append(await communicator.receive_from(timeout=10))
     return messages
 
 

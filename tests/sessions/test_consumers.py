@@ -43,7 +43,7 @@ async def receive_until_quiet(communicator, quiet_for: float = 0.5) -> list[str]
     # receive_from() kills the application when it times out; receive_nothing() doesn't.
     messages = []
     while not await communicator.receive_nothing(timeout=quiet_for):
-        messages.append(await communicator.receive_from())
+        messages.append(await communicator.receive_from(timeout=10))
     return messages
 
 
@@ -264,7 +264,9 @@ async def test_a_filtered_session_list_gets_only_the_rows_it_shows(user):
 async def test_a_frame_that_is_not_a_small_json_message_gets_an_error(user, junk):
     communicator = await connect(user, f"/ws/sessions/{(await sync_to_async(make_session)()).id}/")
     await communicator.send_to(text_data=junk)
-    assert await communicator.receive_json_from() == {"error": "expected JSON with 'action'"}
+    assert await communicator.receive_json_from(timeout=10) == {
+        "error": "expected JSON with 'action'"
+    }
     await communicator.disconnect()
 
 

@@ -228,7 +228,7 @@ async def test_a_relay_started_in_a_writing_process_is_woken_at_once(user, setti
 async def drain(communicator) -> str:
     messages = []
     while not await communicator.receive_nothing(timeout=0.3):
-        messages.append(await communicator.receive_from())
+        messages.append(await communicator.receive_from(timeout=10))
     return "".join(messages)
 
 
