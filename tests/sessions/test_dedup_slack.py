@@ -14,7 +14,6 @@ from django_q.models import OrmQ
 
 from sessions.models import AlertSession, SessionRepeats, SlackMessage
 from sessions.services.slack import is_repeat_milestone, repeat_kind, repeat_number
-from tests.sessions.slack_server import LocalSlack
 from worker.tasks import slack_notify
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -25,13 +24,6 @@ DASHBOARD = "https://tarsy.example.com"
 THREAD = "1699990000.000200"
 OTHER_THREAD = "1699995000.000300"
 STORM = "alertname: PodCrashLooping\nnamespace: payments\npod: payments-api-{pod}"
-
-
-@pytest.fixture
-def stand_in():
-    server = LocalSlack()
-    yield server
-    server.close()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from slack_sdk.http_retry.builtin_interval_calculators import FixedValueRetryInt
 from sessions import services
 from sessions.models import AlertSession, SessionStatus, SlackMessage
 from tests.secrets_corpus import CANARY
-from tests.sessions.slack_server import LocalSlack
 from worker import slack
 from worker.tasks import run_session, slack_notify
 
@@ -29,13 +28,6 @@ ALERT_MESSAGE = {
     "ts": THREAD,
     "text": "[FIRING:1] PodCrashLooping payments-api\nFingerprint:  7f3a9c0d1e",
 }
-
-
-@pytest.fixture
-def stand_in():
-    server = LocalSlack()
-    yield server
-    server.close()
 
 
 @pytest.fixture
